@@ -1,0 +1,148 @@
+# mergewatch: build, run and test. Every output goes to $(BUILD)/.
+# `make help` lists the targets; `make V=1` shows the commands.
+
+BUILD       ?= build
+PREFIX      ?= /usr/local
+DESTDIR     ?=
+CLANG       ?= clang
+BPFTOOL     ?= bpftool
+CXX         ?= g++
+PYTHON      ?= /usr/bin/python3
+# The BTF the BPF side is compiled against (CO-RE relocates at load time, so any recent
+# kernel's BTF works); VMLINUX_H may point at a pinned copy instead.
+VMLINUX_BTF ?= /sys/kernel/btf/vmlinux
+VMLINUX_H   ?= $(BUILD)/vmlinux.h
+RUN_ARGS    ?=
+VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
+
+ARCH := $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/' -e 's/ppc64le/powerpc/' -e 's/s390x/s390/')
+
+# Debian packages for building, running and testing. `make deps` installs the missing ones.
+DEB_PACKAGES := clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config g++ make \
+	prometheus-cpp-dev libcivetweb-dev libcli11-dev libgtest-dev \
+	fio curl util-linux python3 python3-pytest python3-prometheus-client prometheus
+
+ifeq ($(V),1)
+Q :=
+msg :=
+else
+Q := @
+msg = @printf '  %-8s %s\n' "$(1)" "$(2)";
+endif
+
+.DELETE_ON_ERROR:
+.SECONDARY:
+.DEFAULT_GOAL := all
+
+LIB_SRCS  := $(filter-out daemon/main.cpp,$(wildcard daemon/*.cpp))
+LIB_OBJS  := $(patsubst daemon/%.cpp,$(BUILD)/obj/%.o,$(LIB_SRCS))
+MAIN_OBJ  := $(BUILD)/obj/main.o
+UNIT_SRCS := $(wildcard tests/unit/*.cpp)
+UNIT_OBJS := $(patsubst tests/unit/%.cpp,$(BUILD)/obj/unit/%.o,$(UNIT_SRCS))
+LIB       := $(BUILD)/libmergewatch.a
+DAEMON    := $(BUILD)/mergewatchd
+UNIT_BIN  := $(BUILD)/mergewatch_unit_tests
+BPF_OBJ   := $(BUILD)/mergewatch.bpf.o
+SKEL      := $(BUILD)/mergewatch.skel.h
+
+# pkg-config runs in the sub-make started after `deps`, when the packages are there.
+PKG_LIBS  = $(shell pkg-config --libs prometheus-cpp-pull libbpf) -lcivetweb-cpp -lcivetweb -lelf -lz -lpthread
+CXXFLAGS  ?= -O2 -g
+CXXFLAGS  += -std=c++17 -Wall -Wextra -Werror -MMD -MP
+CPPFLAGS  += -Iinclude -Idaemon -I$(BUILD) -DMERGEWATCH_VERSION='"$(VERSION)"' \
+	-DMERGEWATCH_FIXTURE_DIR='"$(CURDIR)/tests/fixtures"'
+BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Werror \
+	-I$(dir $(VMLINUX_H)) -Iinclude -Ibpf -MMD -MP
+# clang -target bpf does not see the host's arch-specific system headers on its own.
+CLANG_BPF_SYS_INCLUDES = $(shell $(CLANG) -v -E - </dev/null 2>&1 \
+	| sed -n '/<...> search starts here:/,/End of search list./{ s| \(/.*\)|-idirafter \1|p }')
+
+.PHONY: all build run test test-unit test-privileged install uninstall clean deps help
+
+help:
+	@echo 'mergewatch targets:'
+	@echo '  make run             install deps, build, run mergewatchd as root (RUN_ARGS="--flag=value ...")'
+	@echo '  make test            install deps, build, run every test (unit + privileged)'
+	@echo '  make all             install deps and build $(DAEMON)'
+	@echo '  make test-unit       GoogleTest unit tests only (no root needed)'
+	@echo '  make test-privileged tests on real tracepoints and loop devices (root)'
+	@echo '  make install         install to $$(DESTDIR)$$(PREFIX) (PREFIX=$(PREFIX))'
+	@echo '  make uninstall       remove what install put there'
+	@echo '  make deps            install the Debian packages the build and tests need (idempotent)'
+	@echo '  make clean           remove $(BUILD)/'
+	@echo 'variables: VMLINUX_BTF=$(VMLINUX_BTF) VMLINUX_H=$(VMLINUX_H) CLANG=$(CLANG) BPFTOOL=$(BPFTOOL) V=1'
+
+deps:
+	@missing=''; for p in $(DEB_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" != 0 ]; then echo "make deps: missing Debian packages:$$missing; run as root to install them" >&2; exit 1; fi; \
+		echo "make deps: installing$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+all: deps
+	@$(MAKE) --no-print-directory build
+
+build: $(DAEMON) $(UNIT_BIN)
+
+run: all
+	@if [ "$$(id -u)" != 0 ]; then echo 'make run: mergewatchd loads BPF programs; run as root' >&2; exit 1; fi
+	$(DAEMON) $(RUN_ARGS)
+
+test: all
+	@$(MAKE) --no-print-directory test-unit test-privileged
+
+test-unit: $(UNIT_BIN)
+	$(UNIT_BIN) --gtest_brief=1
+
+test-privileged: $(DAEMON)
+	MERGEWATCHD=$(CURDIR)/$(DAEMON) $(PYTHON) -m pytest -v -rs tests/integration
+
+$(BUILD) $(BUILD)/obj $(BUILD)/obj/unit:
+	$(Q)mkdir -p $@
+
+$(VMLINUX_H): | $(BUILD)
+	$(call msg,BTF,$@)
+	$(Q)$(BPFTOOL) btf dump file $(VMLINUX_BTF) format c > $@
+
+$(BPF_OBJ): bpf/mergewatch.bpf.c $(VMLINUX_H) | $(BUILD)
+	$(call msg,BPF,$@)
+	$(Q)$(CLANG) $(BPF_CFLAGS) $(CLANG_BPF_SYS_INCLUDES) -MF $(BUILD)/mergewatch.bpf.d -MT $@ -c $< -o $(@:.o=.tmp.o)
+	$(Q)$(BPFTOOL) gen object $@ $(@:.o=.tmp.o)
+
+$(SKEL): $(BPF_OBJ)
+	$(call msg,GEN-SKEL,$@)
+	$(Q)$(BPFTOOL) gen skeleton $< name mergewatch_bpf > $@
+
+$(BUILD)/obj/%.o: daemon/%.cpp | $(BUILD)/obj $(SKEL)
+	$(call msg,CXX,$@)
+	$(Q)$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
+
+$(BUILD)/obj/unit/%.o: tests/unit/%.cpp | $(BUILD)/obj/unit $(SKEL)
+	$(call msg,CXX,$@)
+	$(Q)$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
+
+$(LIB): $(LIB_OBJS)
+	$(call msg,AR,$@)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(DAEMON): $(MAIN_OBJ) $(LIB)
+	$(call msg,LINK,$@)
+	$(Q)$(CXX) $(CXXFLAGS) $^ $(PKG_LIBS) -o $@
+
+$(UNIT_BIN): $(UNIT_OBJS) $(LIB)
+	$(call msg,LINK,$@)
+	$(Q)$(CXX) $(CXXFLAGS) $^ -lgtest -lgtest_main $(PKG_LIBS) -o $@
+
+install: all
+	install -D -m 0755 $(DAEMON) $(DESTDIR)$(PREFIX)/sbin/mergewatchd
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/sbin/mergewatchd
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(BUILD)/mergewatch.bpf.d $(wildcard $(BUILD)/obj/*.d $(BUILD)/obj/unit/*.d)

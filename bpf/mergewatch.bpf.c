@@ -1,0 +1,353 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * mergewatch: per-device request size, latency and merge accounting on the block
+ * tracepoints. Everything is aggregated in the kernel into per-CPU histograms; the
+ * daemon reads the maps at scrape time. No per-event traffic to user space.
+ *
+ * Two program sets share one handler each: tp_btf (typed, cheapest) and a raw_tp
+ * fallback for kernels whose BTF cannot back tp_btf. The daemon enables one set with
+ * bpf_program__set_autoload() and sets the argument positions below from BTF.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+#include "mergewatch/abi.h"
+#include "core_fixes.bpf.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/*
+ * Argument positions, set by the daemon from the btf_trace_<tp> prototypes.
+ * v5.11 dropped the request_queue argument of the request and bio-merge tracepoints:
+ * commit a54895fa057c ("block: remove the request_queue to argument request based tracepoints")
+ * commit e8a676d61c07 ("block: simplify and extend the block_bio_merge tracepoint class")
+ * (also backported to 5.10.y, which is why the position comes from BTF, not from a version).
+ */
+const volatile __u32 targ_rq_arg = 0;        /* block_rq_insert/issue: (rq) or (q, rq) */
+const volatile __u32 targ_bio_merge_arg = 0; /* block_bio_*merge: (bio) or (q, rq, bio) */
+const volatile __u32 targ_bio_queue_arg = 0; /* block_bio_queue: (bio) or (q, bio) */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, MW_MAX_DEV_OP_KEYS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct mw_dev_key);
+	__type(value, struct mw_dev_stats);
+} dev_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MW_DEFAULT_INFLIGHT_ENTRIES);
+	__type(key, __u64);
+	__type(value, struct mw_inflight);
+} inflight SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MW_CNT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} event_counts SEC(".maps");
+
+/*
+ * The plug flush being dispatched on this CPU. block_unplug fires in
+ * blk_mq_flush_plug_list() before the plugged requests are inserted (scheduler) or
+ * issued (none), synchronously in the submitting task, so the next `remaining`
+ * insert/issue events of that task on that queue are the flushed requests, in order.
+ */
+struct plug_flush {
+	__u64 queue;
+	__u64 task;
+	__u64 last_rq;
+	__u64 run_end_sector;
+	__u32 remaining;
+	__u32 last_op;
+	__u32 run_sectors;
+	__u32 run_segments;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct plug_flush);
+} plug_flushes SEC(".maps");
+
+/* Zero value for lookup-or-init: too large for the 512-byte BPF stack. */
+static const struct mw_dev_stats zero_stats;
+
+static __always_inline void count_event(__u32 idx)
+{
+	__u64 *cnt = bpf_map_lookup_elem(&event_counts, &idx);
+
+	if (cnt)
+		(*cnt)++;
+}
+
+static __always_inline struct mw_dev_stats *stats_for(struct gendisk *disk, __u32 op)
+{
+	struct mw_dev_key key = {};
+	struct mw_dev_stats *stats;
+
+	if (!disk) {
+		count_event(MW_CNT_NO_DISK);
+		return NULL;
+	}
+	key.major = BPF_CORE_READ(disk, major);
+	key.minor = BPF_CORE_READ(disk, first_minor);
+	key.op = op & MW_REQ_OP_MASK;
+	stats = bpf_map_lookup_elem(&dev_stats, &key);
+	if (stats)
+		return stats;
+	/* EEXIST from a racing CPU is fine: the lookup below finds its entry. */
+	bpf_map_update_elem(&dev_stats, &key, &zero_stats, BPF_NOEXIST);
+	stats = bpf_map_lookup_elem(&dev_stats, &key);
+	if (!stats)
+		count_event(MW_CNT_STATS_FULL);
+	return stats;
+}
+
+static __always_inline void hist_add(__u64 *slots, __u64 *sum, __u64 value, __u32 min_shift,
+				     __u32 nslots)
+{
+	__u32 slot = mw_hist_slot(value, min_shift, nslots);
+
+	/* Re-checked bound: the verifier needs it for the variable index. */
+	if (slot < nslots)
+		slots[slot]++;
+	*sum += value;
+}
+
+/*
+ * A request that is contiguous with the previous request of the same plug flush,
+ * same operation, and that would still fit the queue's limits merged into the run
+ * before it: nomerges (or a bio that refused merging) kept them apart.
+ */
+static __always_inline bool missed_merge(struct request *rq, __u32 op, __u32 sectors)
+{
+	struct plug_flush *pf;
+	struct request_queue *q;
+	__u32 zero = 0, segments, max_sectors, max_segments;
+	__u64 sector;
+	bool missed = false;
+
+	pf = bpf_map_lookup_elem(&plug_flushes, &zero);
+	if (!pf || !pf->remaining)
+		return false;
+	q = BPF_CORE_READ(rq, q);
+	if (pf->queue != (__u64)q || pf->task != bpf_get_current_task())
+		return false;
+	/* Seen at insert already (scheduler path): the issue of it is no new request. */
+	if (pf->last_rq == (__u64)rq)
+		return false;
+	pf->remaining--;
+
+	sector = BPF_CORE_READ(rq, __sector);
+	segments = BPF_CORE_READ(rq, nr_phys_segments);
+	max_sectors = BPF_CORE_READ(q, limits.max_sectors);
+	max_segments = BPF_CORE_READ(q, limits.max_segments);
+	if (pf->last_rq && sector == pf->run_end_sector && op == pf->last_op &&
+	    pf->run_sectors + sectors <= max_sectors &&
+	    pf->run_segments + segments <= max_segments) {
+		missed = true;
+		pf->run_sectors += sectors;
+		pf->run_segments += segments;
+	} else {
+		pf->run_sectors = sectors;
+		pf->run_segments = segments;
+	}
+	pf->run_end_sector = sector + sectors;
+	pf->last_op = op;
+	pf->last_rq = (__u64)rq;
+	return missed;
+}
+
+static __always_inline int handle_rq_insert(struct request *rq)
+{
+	struct mw_inflight *inf, fresh = {};
+	__u64 key = (__u64)rq;
+	__u32 op, bytes;
+
+	op = BPF_CORE_READ(rq, cmd_flags) & MW_REQ_OP_MASK;
+	bytes = BPF_CORE_READ(rq, __data_len);
+	if (missed_merge(rq, op, bytes >> 9)) {
+		struct mw_dev_stats *stats = stats_for(mw_rq_disk(rq), op);
+
+		if (stats)
+			stats->missed_merges++;
+	}
+
+	inf = bpf_map_lookup_elem(&inflight, &key);
+	if (inf) {
+		inf->insert_ns = bpf_ktime_get_ns();
+		inf->issue_ns = 0;
+		return 0;
+	}
+	fresh.insert_ns = bpf_ktime_get_ns();
+	if (bpf_map_update_elem(&inflight, &key, &fresh, BPF_ANY))
+		count_event(MW_CNT_INFLIGHT_FULL);
+	return 0;
+}
+
+static __always_inline int handle_rq_issue(struct request *rq)
+{
+	struct mw_dev_stats *stats;
+	struct mw_inflight *inf, fresh = {};
+	__u64 key = (__u64)rq, now;
+	__u32 op, bytes;
+
+	op = BPF_CORE_READ(rq, cmd_flags) & MW_REQ_OP_MASK;
+	bytes = BPF_CORE_READ(rq, __data_len);
+	stats = stats_for(mw_rq_disk(rq), op);
+	if (!stats)
+		return 0;
+	hist_add(stats->size_slots, &stats->size_sum_bytes, bytes, MW_SIZE_MIN_SHIFT, MW_SIZE_SLOTS);
+	if (missed_merge(rq, op, bytes >> 9))
+		stats->missed_merges++;
+
+	now = bpf_ktime_get_ns();
+	inf = bpf_map_lookup_elem(&inflight, &key);
+	if (inf) {
+		if (inf->insert_ns && now >= inf->insert_ns)
+			hist_add(stats->queue_latency_slots, &stats->queue_latency_sum_ns,
+				 now - inf->insert_ns, MW_LAT_MIN_SHIFT, MW_LAT_SLOTS);
+		inf->insert_ns = 0;
+		inf->issue_ns = now;
+		return 0;
+	}
+	fresh.issue_ns = now;
+	if (bpf_map_update_elem(&inflight, &key, &fresh, BPF_ANY))
+		count_event(MW_CNT_INFLIGHT_FULL);
+	return 0;
+}
+
+static __always_inline int handle_rq_complete(struct request *rq, __u32 nr_bytes)
+{
+	struct mw_dev_stats *stats;
+	struct mw_inflight *inf;
+	__u64 key = (__u64)rq, now, issue_ns;
+	__u32 op;
+
+	inf = bpf_map_lookup_elem(&inflight, &key);
+	if (!inf) {
+		count_event(MW_CNT_COMPLETE_UNMATCHED);
+		return 0;
+	}
+	/* Partial completions fire too (nr_bytes < remaining bytes): wait for the last one. */
+	if (nr_bytes < BPF_CORE_READ(rq, __data_len))
+		return 0;
+	issue_ns = inf->issue_ns;
+	bpf_map_delete_elem(&inflight, &key);
+	if (!issue_ns)
+		return 0;
+	now = bpf_ktime_get_ns();
+	if (now < issue_ns)
+		return 0;
+	op = BPF_CORE_READ(rq, cmd_flags) & MW_REQ_OP_MASK;
+	stats = stats_for(mw_rq_disk(rq), op);
+	if (stats)
+		hist_add(stats->latency_slots, &stats->latency_sum_ns, now - issue_ns,
+			 MW_LAT_MIN_SHIFT, MW_LAT_SLOTS);
+	return 0;
+}
+
+static __always_inline int handle_bio_merge(struct bio *bio, bool back)
+{
+	struct mw_dev_stats *stats;
+
+	stats = stats_for(mw_bio_disk(bio), BPF_CORE_READ(bio, bi_opf));
+	if (!stats)
+		return 0;
+	if (back)
+		stats->back_merges++;
+	else
+		stats->front_merges++;
+	return 0;
+}
+
+/* Only bio-based devices (dm, md: no blk-mq ops): request-based ones are counted per request. */
+static __always_inline int handle_bio_queue(struct bio *bio)
+{
+	struct gendisk *disk = mw_bio_disk(bio);
+	struct mw_dev_stats *stats;
+	__u32 bytes;
+
+	if (!disk || BPF_CORE_READ(disk, queue, mq_ops))
+		return 0;
+	stats = stats_for(disk, BPF_CORE_READ(bio, bi_opf));
+	if (!stats)
+		return 0;
+	bytes = BPF_CORE_READ(bio, bi_iter.bi_size);
+	hist_add(stats->bio_size_slots, &stats->bio_size_sum_bytes, bytes, MW_SIZE_MIN_SHIFT,
+		 MW_SIZE_SLOTS);
+	return 0;
+}
+
+static __always_inline int handle_unplug(struct request_queue *q, __u32 depth)
+{
+	struct plug_flush *pf;
+	__u32 zero = 0;
+
+	pf = bpf_map_lookup_elem(&plug_flushes, &zero);
+	if (!pf)
+		return 0;
+	pf->queue = (__u64)q;
+	pf->task = bpf_get_current_task();
+	pf->remaining = depth;
+	pf->last_rq = 0;
+	pf->run_sectors = 0;
+	pf->run_segments = 0;
+	return 0;
+}
+
+/* Constant-offset context reads: the verifier rejects a variable index into ctx. */
+#define RQ_ARG(ctx) ((struct request *)(targ_rq_arg ? (ctx)[1] : (ctx)[0]))
+#define BIO_MERGE_ARG(ctx) ((struct bio *)(targ_bio_merge_arg ? (ctx)[2] : (ctx)[0]))
+#define BIO_QUEUE_ARG(ctx) ((struct bio *)(targ_bio_queue_arg ? (ctx)[1] : (ctx)[0]))
+
+/* tp_btf set */
+SEC("tp_btf/block_rq_insert")
+int BPF_PROG(btf_rq_insert) { return handle_rq_insert(RQ_ARG(ctx)); }
+
+SEC("tp_btf/block_rq_issue")
+int BPF_PROG(btf_rq_issue) { return handle_rq_issue(RQ_ARG(ctx)); }
+
+/* (rq, error, nr_bytes) since v4.13; raw_tp/tp_btf need 4.17+ anyway. */
+SEC("tp_btf/block_rq_complete")
+int BPF_PROG(btf_rq_complete) { return handle_rq_complete((void *)ctx[0], (__u32)ctx[2]); }
+
+SEC("tp_btf/block_bio_backmerge")
+int BPF_PROG(btf_bio_backmerge) { return handle_bio_merge(BIO_MERGE_ARG(ctx), true); }
+
+SEC("tp_btf/block_bio_frontmerge")
+int BPF_PROG(btf_bio_frontmerge) { return handle_bio_merge(BIO_MERGE_ARG(ctx), false); }
+
+SEC("tp_btf/block_bio_queue")
+int BPF_PROG(btf_bio_queue) { return handle_bio_queue(BIO_QUEUE_ARG(ctx)); }
+
+SEC("tp_btf/block_unplug")
+int BPF_PROG(btf_unplug) { return handle_unplug((void *)ctx[0], (__u32)ctx[1]); }
+
+/* raw_tp fallback set: same handlers, untyped arguments */
+SEC("raw_tp/block_rq_insert")
+int raw_rq_insert(__u64 *ctx) { return handle_rq_insert(RQ_ARG(ctx)); }
+
+SEC("raw_tp/block_rq_issue")
+int raw_rq_issue(__u64 *ctx) { return handle_rq_issue(RQ_ARG(ctx)); }
+
+SEC("raw_tp/block_rq_complete")
+int raw_rq_complete(__u64 *ctx) { return handle_rq_complete((void *)ctx[0], (__u32)ctx[2]); }
+
+SEC("raw_tp/block_bio_backmerge")
+int raw_bio_backmerge(__u64 *ctx) { return handle_bio_merge(BIO_MERGE_ARG(ctx), true); }
+
+SEC("raw_tp/block_bio_frontmerge")
+int raw_bio_frontmerge(__u64 *ctx) { return handle_bio_merge(BIO_MERGE_ARG(ctx), false); }
+
+SEC("raw_tp/block_bio_queue")
+int raw_bio_queue(__u64 *ctx) { return handle_bio_queue(BIO_QUEUE_ARG(ctx)); }
+
+SEC("raw_tp/block_unplug")
+int raw_unplug(__u64 *ctx) { return handle_unplug((void *)ctx[0], (__u32)ctx[1]); }

@@ -1,0 +1,227 @@
+#include "bpf_probes.h"
+
+#include <bpf/bpf.h>
+#include <bpf/btf.h>
+#include <bpf/libbpf.h>
+#include <linux/capability.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdarg>
+#include <cstring>
+#include <deque>
+#include <mutex>
+
+#include "log.h"
+#include "mergewatch.skel.h"
+
+namespace mergewatch {
+namespace {
+
+constexpr const char* kDefaultBtfPath = "/sys/kernel/btf/vmlinux";
+// Without these two the product has no size or latency data: fail instead of limping.
+constexpr const char* kRequiredTracepoints[] = {"block_rq_issue", "block_rq_complete"};
+
+// libbpf's messages: debug lines go to the log at debug level; the tail is kept to
+// explain a failed load in the error message itself.
+std::mutex g_libbpf_mutex;
+std::deque<std::string> g_libbpf_tail;
+
+int LibbpfPrint(enum libbpf_print_level level, const char* format, va_list args) {
+  char line[1024];
+  vsnprintf(line, sizeof(line), format, args);
+  std::string text(line);
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  if (text.empty()) return 0;
+  {
+    std::lock_guard<std::mutex> lock(g_libbpf_mutex);
+    if (level != LIBBPF_DEBUG) {
+      g_libbpf_tail.push_back(text);
+      if (g_libbpf_tail.size() > 12) g_libbpf_tail.pop_front();
+    }
+  }
+  LogDebug("libbpf: " + text);
+  return 0;
+}
+
+std::string LibbpfTail() {
+  std::lock_guard<std::mutex> lock(g_libbpf_mutex);
+  std::string out;
+  for (const std::string& l : g_libbpf_tail) out += "\n  libbpf: " + l;
+  g_libbpf_tail.clear();
+  return out;
+}
+
+// Effective CAP_SYS_ADMIN, or CAP_BPF with CAP_PERFMON (v5.8+): what loading tracing BPF needs.
+bool HasBpfPrivilege() {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2]{};
+  if (syscall(SYS_capget, &header, data) != 0) return geteuid() == 0;
+  auto has = [&](int cap) { return (data[cap / 32].effective >> (cap % 32)) & 1u; };
+  constexpr int kCapPerfmon = 38, kCapBpf = 39;
+  return has(CAP_SYS_ADMIN) || (has(kCapBpf) && has(kCapPerfmon));
+}
+
+// Number of tracepoint arguments from the typedef btf_trace_<tp> = void (*)(void *, args...).
+int TracepointArity(const struct btf* btf, const std::string& tracepoint) {
+  int id = btf__find_by_name_kind(btf, ("btf_trace_" + tracepoint).c_str(), BTF_KIND_TYPEDEF);
+  if (id < 0) return -1;
+  const struct btf_type* type = btf__type_by_id(btf, id);
+  while (type != nullptr && (btf_is_typedef(type) || btf_is_ptr(type))) type = btf__type_by_id(btf, type->type);
+  if (type == nullptr || !btf_is_func_proto(type)) return -1;
+  return btf_vlen(type) - 1;  // minus the leading void *__data
+}
+
+std::pair<std::string, std::string> SplitSection(const char* section) {
+  std::string s = section != nullptr ? section : "";
+  size_t slash = s.find('/');
+  if (slash == std::string::npos) return {s, ""};
+  return {s.substr(0, slash), s.substr(slash + 1)};
+}
+
+}  // namespace
+
+bool ReadTracepointLayout(const std::string& btf_path, TracepointLayout* layout, std::string* error) {
+  struct btf* btf = btf__parse(btf_path.c_str(), nullptr);
+  if (btf == nullptr) {
+    *error = "cannot read kernel BTF from " + btf_path + ": " + strerror(errno);
+    return false;
+  }
+  int rq = TracepointArity(btf, "block_rq_issue");
+  int merge = TracepointArity(btf, "block_bio_backmerge");
+  int queue = TracepointArity(btf, "block_bio_queue");
+  if (rq < 0) {
+    btf__free(btf);
+    *error = btf_path + " has no btf_trace_block_rq_issue: not the BTF of a kernel with block tracepoints";
+    return false;
+  }
+  layout->rq_arg = rq >= 2 ? 1 : 0;
+  layout->bio_merge_arg = merge >= 3 ? 2 : 0;
+  layout->bio_queue_arg = queue >= 2 ? 1 : 0;
+  for (const char* tp : {"block_rq_insert", "block_rq_issue", "block_rq_complete", "block_bio_backmerge",
+                         "block_bio_frontmerge", "block_bio_queue", "block_unplug"}) {
+    if (TracepointArity(btf, tp) < 0) layout->missing.push_back(tp);
+  }
+  btf__free(btf);
+  return true;
+}
+
+std::unique_ptr<BpfProbes> BpfProbes::Load(const ProbeOptions& options, ProbeError* error_kind,
+                                           std::string* error) {
+  libbpf_set_print(LibbpfPrint);
+  TracepointLayout layout;
+  if (access(options.btf_path.c_str(), R_OK) != 0 || !ReadTracepointLayout(options.btf_path, &layout, error)) {
+    *error_kind = ProbeError::kNoBtf;
+    if (error->empty()) error->assign("cannot read kernel BTF from " + options.btf_path + ": " + strerror(errno));
+    error->append(". mergewatchd needs a kernel built with CONFIG_DEBUG_INFO_BTF=y (/sys/kernel/btf/vmlinux), "
+                  "or --path.btf pointing at the running kernel's BTF");
+    return nullptr;
+  }
+  for (const std::string& tp : layout.missing) LogWarn("kernel has no tracepoint " + tp + "; not attached");
+  if (!HasBpfPrivilege()) {
+    *error_kind = ProbeError::kNoPrivilege;
+    *error = "not privileged to load BPF: run as root, or grant CAP_BPF, CAP_PERFMON (kernel 5.8+) and "
+             "CAP_SYS_RESOURCE; before 5.8 CAP_SYS_ADMIN is needed";
+    return nullptr;
+  }
+
+  std::string failures;
+  for (const char* mode : {"tp_btf", "raw_tp"}) {
+    std::unique_ptr<BpfProbes> probes(new BpfProbes());
+    LIBBPF_OPTS(bpf_object_open_opts, open_opts);
+    if (options.btf_path != kDefaultBtfPath) open_opts.btf_custom_path = options.btf_path.c_str();
+    probes->skel_ = mergewatch_bpf__open_opts(&open_opts);
+    if (probes->skel_ == nullptr) {
+      *error_kind = ProbeError::kLoad;
+      *error = std::string("cannot open the BPF object: ") + strerror(errno) + LibbpfTail();
+      return nullptr;
+    }
+    probes->skel_->rodata->targ_rq_arg = layout.rq_arg;
+    probes->skel_->rodata->targ_bio_merge_arg = layout.bio_merge_arg;
+    probes->skel_->rodata->targ_bio_queue_arg = layout.bio_queue_arg;
+    bpf_map__set_max_entries(probes->skel_->maps.inflight, options.inflight_entries);
+
+    struct bpf_program* prog;
+    bpf_object__for_each_program(prog, probes->skel_->obj) {
+      auto [prog_mode, tracepoint] = SplitSection(bpf_program__section_name(prog));
+      bool missing = false;
+      for (const std::string& m : layout.missing) missing |= (m == tracepoint);
+      bpf_program__set_autoload(prog, prog_mode == mode && !missing);
+    }
+    int err = mergewatch_bpf__load(probes->skel_);
+    if (err != 0) {
+      if (err == -EPERM) {
+        *error_kind = ProbeError::kNoPrivilege;
+        *error = std::string("the kernel refused BPF (") + strerror(-err) +
+                 "): run as root or with CAP_BPF and CAP_PERFMON; check kernel.unprivileged_bpf_disabled and "
+                 "lockdown" + LibbpfTail();
+        return nullptr;
+      }
+      failures += std::string("\n") + mode + ": " + strerror(-err) + LibbpfTail();
+      LogInfo(std::string("loading the ") + mode + " programs failed (" + strerror(-err) + "), trying the next mode");
+      continue;
+    }
+    probes->mode_ = mode;
+    bpf_object__for_each_program(prog, probes->skel_->obj) {
+      if (!bpf_program__autoload(prog)) continue;
+      auto [prog_mode, tracepoint] = SplitSection(bpf_program__section_name(prog));
+      struct bpf_link* link = bpf_program__attach(prog);
+      ProgramStatus status{tracepoint, prog_mode, link != nullptr};
+      if (link == nullptr) {
+        std::string why = strerror(errno);
+        for (const char* required : kRequiredTracepoints) {
+          if (tracepoint == required) {
+            *error_kind = ProbeError::kLoad;
+            *error = "cannot attach to " + tracepoint + " (" + prog_mode + "): " + why + LibbpfTail();
+            return nullptr;
+          }
+        }
+        LogWarn("cannot attach to " + tracepoint + " (" + prog_mode + "): " + why);
+      } else {
+        probes->links_.push_back(link);
+      }
+      probes->programs_.push_back(status);
+    }
+    return probes;
+  }
+  *error_kind = ProbeError::kLoad;
+  *error = "the BPF programs did not load in any mode:" + failures;
+  return nullptr;
+}
+
+BpfProbes::~BpfProbes() {
+  for (struct bpf_link* link : links_) bpf_link__destroy(link);
+  mergewatch_bpf__destroy(skel_);
+}
+
+size_t BpfProbes::attached_count() const { return links_.size(); }
+
+Snapshot BpfProbes::Read() {
+  Snapshot snapshot;
+  const int ncpus = libbpf_num_possible_cpus();
+  if (ncpus <= 0) throw std::runtime_error("cannot count possible CPUs");
+
+  int stats_fd = bpf_map__fd(skel_->maps.dev_stats);
+  std::vector<mw_dev_stats> per_cpu(static_cast<size_t>(ncpus));
+  mw_dev_key key{}, next{};
+  bool first = true;
+  while (bpf_map_get_next_key(stats_fd, first ? nullptr : &key, &next) == 0) {
+    first = false;
+    key = next;
+    // A key deleted between get_next_key and lookup is skipped, not an error.
+    if (bpf_map_lookup_elem(stats_fd, &key, per_cpu.data()) != 0) continue;
+    mw_dev_stats& total = snapshot.stats[DevOpKey{key.major, key.minor, key.op}];
+    for (const mw_dev_stats& cpu : per_cpu) AccumulateStats(cpu, &total);
+  }
+
+  int counts_fd = bpf_map__fd(skel_->maps.event_counts);
+  std::vector<uint64_t> counts(static_cast<size_t>(ncpus));
+  for (uint32_t i = 0; i < MW_CNT_MAX; ++i) {
+    if (bpf_map_lookup_elem(counts_fd, &i, counts.data()) != 0) continue;
+    for (uint64_t v : counts) snapshot.event_counts[i] += v;
+  }
+  return snapshot;
+}
+
+}  // namespace mergewatch

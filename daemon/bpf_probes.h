@@ -1,0 +1,58 @@
+// Loads the CO-RE BPF object, picks tp_btf or the raw_tp fallback, attaches, and reads
+// the maps. Destroying the object detaches every link.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "exporter.h"
+#include "snapshot.h"
+
+struct mergewatch_bpf;
+struct bpf_link;
+
+namespace mergewatch {
+
+struct ProbeOptions {
+  std::string btf_path = "/sys/kernel/btf/vmlinux";
+  uint32_t inflight_entries = MW_DEFAULT_INFLIGHT_ENTRIES;
+};
+
+// Why loading failed, so main can pick the exit code and the advice.
+enum class ProbeError { kNone, kNoBtf, kNoPrivilege, kLoad };
+
+// Positions of the arguments the programs read, from the btf_trace_<tp> prototypes.
+struct TracepointLayout {
+  uint32_t rq_arg = 0;         // block_rq_insert/issue: 0 for (rq), 1 for (q, rq)
+  uint32_t bio_merge_arg = 0;  // block_bio_backmerge: 0 for (bio), 2 for (q, rq, bio)
+  uint32_t bio_queue_arg = 0;  // block_bio_queue: 0 for (bio), 1 for (q, bio)
+  std::vector<std::string> missing;  // tracepoints the kernel does not have
+};
+
+// Reads the layout from a BTF file; false with a message if the file is not usable BTF.
+bool ReadTracepointLayout(const std::string& btf_path, TracepointLayout* layout, std::string* error);
+
+class BpfProbes final : public SnapshotSource {
+ public:
+  static std::unique_ptr<BpfProbes> Load(const ProbeOptions& options, ProbeError* error_kind,
+                                         std::string* error);
+  ~BpfProbes() override;
+  BpfProbes(const BpfProbes&) = delete;
+  BpfProbes& operator=(const BpfProbes&) = delete;
+
+  Snapshot Read() override;
+  const std::vector<ProgramStatus>& programs() const { return programs_; }
+  std::string mode() const { return mode_; }
+  size_t attached_count() const;
+
+ private:
+  BpfProbes() = default;
+  mergewatch_bpf* skel_ = nullptr;
+  std::vector<struct bpf_link*> links_;
+  std::vector<ProgramStatus> programs_;
+  std::string mode_;
+};
+
+}  // namespace mergewatch

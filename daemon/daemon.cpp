@@ -1,0 +1,184 @@
+#include "daemon.h"
+
+#include <CivetServer.h>
+#include <prometheus/exposer.h>
+#include <signal.h>
+#include <sys/utsname.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "bpf_probes.h"
+#include "device_namer.h"
+#include "exit_codes.h"
+#include "exporter.h"
+#include "log.h"
+#include "sd_notify.h"
+
+namespace mergewatch {
+namespace {
+
+// civetweb callbacks are plain function pointers with no user data of ours, so the
+// HTTP front door's settings live here; written once before the server starts.
+struct FrontDoor {
+  std::string telemetry_path;
+  std::string landing_page;
+  std::mutex bind_error_mutex;
+  std::string bind_error;
+};
+FrontDoor g_front_door;
+
+int ServeFrontDoor(struct mg_connection* conn) {
+  const struct mg_request_info* info = mg_get_request_info(conn);
+  std::string uri = info->local_uri != nullptr ? info->local_uri : "";
+  if (uri == g_front_door.telemetry_path) return 0;  // prometheus-cpp's handler
+  if (uri == "/") {
+    mg_printf(conn,
+              "HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: %zu\r\n"
+              "Connection: close\r\n\r\n%s",
+              g_front_door.landing_page.size(), g_front_door.landing_page.c_str());
+    return 200;
+  }
+  // Exact paths only: civetweb would otherwise prefix-match /metrics/anything.
+  static const char kNotFound[] = "404 page not found\n";
+  mg_printf(conn,
+            "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %zu\r\n"
+            "Connection: close\r\n\r\n%s",
+            sizeof(kNotFound) - 1, kNotFound);
+  return 404;
+}
+
+int RecordCivetLog(const struct mg_connection*, const char* message) {
+  std::lock_guard<std::mutex> lock(g_front_door.bind_error_mutex);
+  if (g_front_door.bind_error.empty()) g_front_door.bind_error = message;
+  LogDebug(std::string("civetweb: ") + message);
+  return 1;
+}
+
+std::string LandingPage(const std::string& telemetry_path) {
+  return "<!DOCTYPE html>\n<html><head><title>mergewatch</title></head><body>\n"
+         "<h1>mergewatch</h1>\n<p>Block I/O request sizes, latencies and merges from eBPF.</p>\n"
+         "<p><a href=\"" + telemetry_path + "\">Metrics</a></p>\n</body></html>\n";
+}
+
+std::string KernelRelease() {
+  utsname u{};
+  return uname(&u) == 0 ? u.release : "unknown";
+}
+
+int ExitCodeFor(ProbeError kind) {
+  switch (kind) {
+    case ProbeError::kNoBtf: return kExitNoBtf;
+    case ProbeError::kNoPrivilege: return kExitNoPrivilege;
+    default: return kExitBpfLoad;
+  }
+}
+
+void Fail(const std::string& message, int exit_code) {
+  LogError(message);
+  SdNotify("STATUS=failed: " + message.substr(0, 200) + "\nERRNO=" + std::to_string(exit_code));
+}
+
+}  // namespace
+
+void BlockDaemonSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+int RunDaemon(const Config& config) {
+  SetLogLevel(config.log_level);
+  LogInfo("starting mergewatchd " + VersionString() + " on kernel " + KernelRelease());
+  SdNotify("STATUS=starting");
+
+  std::string civet_port, error;
+  NormalizeListenAddress(config.listen_address, &civet_port, &error);
+  g_front_door.telemetry_path = config.telemetry_path;
+  g_front_door.landing_page = LandingPage(config.telemetry_path);
+  CivetCallbacks callbacks{};
+  callbacks.begin_request = ServeFrontDoor;
+  callbacks.log_message = RecordCivetLog;
+
+  // Listen first: a taken port is the cheapest failure to report, before any BPF work.
+  std::unique_ptr<prometheus::Exposer> exposer;
+  try {
+    exposer = std::make_unique<prometheus::Exposer>(
+        std::vector<std::string>{"listening_ports", civet_port, "num_threads", "4", "request_timeout_ms", "10000"},
+        &callbacks);
+  } catch (const std::exception& e) {
+    std::string detail;
+    {
+      std::lock_guard<std::mutex> lock(g_front_door.bind_error_mutex);
+      detail = g_front_door.bind_error.empty() ? e.what() : g_front_door.bind_error;
+    }
+    Fail("cannot listen on " + config.listen_address + ": " + detail +
+             " (is another mergewatchd or exporter using the port? pick another with --web.listen-address)",
+         kExitListen);
+    return kExitListen;
+  }
+  LogInfo("listening on " + civet_port + ", metrics at " + config.telemetry_path);
+
+  SdNotify("STATUS=loading BPF programs");
+  ProbeOptions options;
+  options.btf_path = config.btf_path;
+  options.inflight_entries = config.inflight_entries;
+  ProbeError kind = ProbeError::kNone;
+  std::unique_ptr<BpfProbes> probes = BpfProbes::Load(options, &kind, &error);
+  if (!probes) {
+    Fail(error, ExitCodeFor(kind));
+    return ExitCodeFor(kind);
+  }
+  LogInfo("attached " + std::to_string(probes->attached_count()) + " BPF programs using " + probes->mode());
+
+  SysfsDeviceNamer namer(config.sysfs_root);
+  DaemonStatus status{VersionString(), KernelRelease(), probes->programs(), config.inflight_entries};
+  auto collector = std::make_shared<MetricsCollector>(*probes, namer, status);
+  exposer->RegisterCollectable(collector, config.telemetry_path);
+
+  std::string ready_status = "serving " + config.telemetry_path + " on " + civet_port + ", " +
+                             std::to_string(probes->attached_count()) + " programs attached (" + probes->mode() +
+                             ")";
+  SdNotify("READY=1\nSTATUS=" + ready_status);
+  LogInfo("ready: " + ready_status);
+
+  // sigtimedwait is the tick: it wakes for the watchdog at half its interval.
+  const uint64_t watchdog_usec = SdWatchdogUsec();
+  const long tick_ms = watchdog_usec > 0 ? static_cast<long>(std::min<uint64_t>(watchdog_usec / 2000, 1000)) : 1000;
+  sigset_t wait_set;
+  sigemptyset(&wait_set);
+  sigaddset(&wait_set, SIGINT);
+  sigaddset(&wait_set, SIGTERM);
+  sigaddset(&wait_set, SIGHUP);
+  int exit_signal = 0;
+  while (exit_signal == 0) {
+    timespec timeout{tick_ms / 1000, (tick_ms % 1000) * 1000000L};
+    int sig = sigtimedwait(&wait_set, nullptr, &timeout);
+    if (watchdog_usec > 0) SdNotify("WATCHDOG=1");
+    if (sig == SIGINT || sig == SIGTERM) {
+      exit_signal = sig;
+    } else if (sig == SIGHUP) {
+      LogInfo("SIGHUP: device names are re-read from sysfs at every scrape; nothing to reload");
+    } else if (sig < 0 && errno != EAGAIN && errno != EINTR) {
+      LogError(std::string("sigtimedwait: ") + strerror(errno));
+      return kExitFailure;
+    }
+  }
+
+  LogInfo(std::string("received ") + strsignal(exit_signal) + ", shutting down");
+  SdNotify("STOPPING=1\nSTATUS=stopping");
+  exposer.reset();  // no scrape can touch the maps past this point
+  collector.reset();
+  probes.reset();   // destroys every link: nothing of ours stays attached
+  LogInfo("BPF programs detached, exiting");
+  return kExitOk;
+}
+
+}  // namespace mergewatch

@@ -1,0 +1,39 @@
+// Kernel names for the major:minor pairs BPF reports, resolved through sysfs.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+
+namespace mergewatch {
+
+class DeviceNamer {
+ public:
+  virtual ~DeviceNamer() = default;
+  // The kernel name (nvme0n1, dm-3, loop0), or nullopt if no such device exists now:
+  // series of a removed device must disappear.
+  virtual std::optional<std::string> NameOf(uint32_t major, uint32_t minor) = 0;
+};
+
+// Resolves through <sysfs>/dev/block/M:m. A device seen for the first time is resolved
+// then; each lookup re-reads the symlink (one syscall), so a major:minor reused by
+// another device gets the new name at once. Thread-safe.
+class SysfsDeviceNamer final : public DeviceNamer {
+ public:
+  explicit SysfsDeviceNamer(std::string sysfs_root) : sysfs_root_(std::move(sysfs_root)) {}
+  std::optional<std::string> NameOf(uint32_t major, uint32_t minor) override;
+
+ private:
+  struct Entry {
+    std::string link_target;
+    std::string name;
+  };
+  std::string sysfs_root_;
+  std::mutex mutex_;
+  std::map<std::pair<uint32_t, uint32_t>, Entry> cache_;
+};
+
+}  // namespace mergewatch

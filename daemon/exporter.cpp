@@ -1,0 +1,191 @@
+#include "exporter.h"
+
+#include <cmath>
+#include <map>
+#include <utility>
+
+#include "block_ids.h"
+#include "log.h"
+
+namespace mergewatch {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+MetricFamily Family(const std::string& name, const std::string& help, MetricType type) {
+  MetricFamily family;
+  family.name = name;
+  family.help = help;
+  family.type = type;
+  return family;
+}
+
+ClientMetric Labeled(std::vector<ClientMetric::Label> labels) {
+  ClientMetric metric;
+  metric.label = std::move(labels);
+  return metric;
+}
+
+ClientMetric GaugeValue(std::vector<ClientMetric::Label> labels, double value) {
+  ClientMetric metric = Labeled(std::move(labels));
+  metric.gauge.value = value;
+  return metric;
+}
+
+ClientMetric CounterValue(std::vector<ClientMetric::Label> labels, double value) {
+  ClientMetric metric = Labeled(std::move(labels));
+  metric.counter.value = value;
+  return metric;
+}
+
+constexpr double kNanosecond = 1e-9;
+
+const char* const kCounterNames[MW_CNT_MAX] = {"inflight_map_full", "device_map_full",
+                                               "complete_without_issue", "request_without_disk"};
+
+}  // namespace
+
+ClientMetric::Histogram Log2Histogram(const __u64* slots, size_t slot_count, uint64_t sum, int min_shift,
+                                      double unit) {
+  ClientMetric::Histogram histogram;
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i + 1 < slot_count; ++i) {
+    cumulative += slots[i];
+    histogram.bucket.push_back({cumulative, std::ldexp(1.0, min_shift + static_cast<int>(i)) * unit});
+  }
+  // The serializer appends le="+Inf" = sample_count; it includes the overflow slot.
+  histogram.sample_count = cumulative + slots[slot_count - 1];
+  histogram.sample_sum = static_cast<double>(sum) * unit;
+  return histogram;
+}
+
+std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNamer& namer,
+                                              const DaemonStatus& status) {
+  // (device, op label) -> summed stats; std::map keeps the output order stable.
+  std::map<std::pair<std::string, std::string>, mw_dev_stats> by_label;
+  std::map<std::pair<uint32_t, uint32_t>, bool> unresolved;
+  for (const auto& [key, stats] : snapshot.stats) {
+    std::optional<std::string> name = namer.NameOf(key.major, key.minor);
+    if (!name) {
+      unresolved[{key.major, key.minor}] = true;
+      continue;
+    }
+    auto [it, inserted] = by_label.try_emplace({*name, OpLabel(key.op)}, mw_dev_stats{});
+    AccumulateStats(stats, &it->second);
+  }
+
+  MetricFamily size = Family("mergewatch_request_size_bytes",
+                             "Size of each request dispatched to the driver (block_rq_issue).",
+                             MetricType::Histogram);
+  MetricFamily latency = Family("mergewatch_request_latency_seconds",
+                                "Device time of each request, from dispatch (block_rq_issue) to its final completion.",
+                                MetricType::Histogram);
+  MetricFamily queue_latency =
+      Family("mergewatch_request_queue_latency_seconds",
+             "Time from scheduler insert (block_rq_insert) to dispatch; only requests that were inserted.",
+             MetricType::Histogram);
+  MetricFamily bio_size = Family("mergewatch_bio_size_bytes",
+                                 "Size of each bio a bio-based device (dm, md) received (block_bio_queue).",
+                                 MetricType::Histogram);
+  MetricFamily merges = Family("mergewatch_bio_merges_total",
+                               "Bios merged into an existing request (block_bio_backmerge/frontmerge).",
+                               MetricType::Counter);
+  MetricFamily missed = Family("mergewatch_missed_merges_total",
+                               "Requests dispatched separately although contiguous with the previous request of the "
+                               "same plug flush and within the queue limits: merges that were possible and did not happen.",
+                               MetricType::Counter);
+
+  for (const auto& [labels, stats] : by_label) {
+    std::vector<ClientMetric::Label> base = {{"device", labels.first}, {"op", labels.second}};
+    uint64_t issued = 0, bios = 0;
+    for (uint64_t v : stats.size_slots) issued += v;
+    for (uint64_t v : stats.bio_size_slots) bios += v;
+
+    // Request-based devices have dispatches; bio-based ones only bios. Emit what the device has.
+    if (issued > 0) {
+      ClientMetric m = Labeled(base);
+      m.histogram = Log2Histogram(stats.size_slots, MW_SIZE_SLOTS, stats.size_sum_bytes, MW_SIZE_MIN_SHIFT, 1.0);
+      size.metric.push_back(m);
+      m.histogram = Log2Histogram(stats.latency_slots, MW_LAT_SLOTS, stats.latency_sum_ns, MW_LAT_MIN_SHIFT,
+                                  kNanosecond);
+      latency.metric.push_back(m);
+      m.histogram = Log2Histogram(stats.queue_latency_slots, MW_LAT_SLOTS, stats.queue_latency_sum_ns,
+                                  MW_LAT_MIN_SHIFT, kNanosecond);
+      queue_latency.metric.push_back(m);
+      missed.metric.push_back(CounterValue(base, static_cast<double>(stats.missed_merges)));
+    }
+    if (issued > 0 || stats.back_merges > 0 || stats.front_merges > 0) {
+      auto back = base, front = base;
+      back.push_back({"kind", "back"});
+      front.push_back({"kind", "front"});
+      merges.metric.push_back(CounterValue(back, static_cast<double>(stats.back_merges)));
+      merges.metric.push_back(CounterValue(front, static_cast<double>(stats.front_merges)));
+    }
+    if (bios > 0) {
+      ClientMetric m = Labeled(base);
+      m.histogram =
+          Log2Histogram(stats.bio_size_slots, MW_SIZE_SLOTS, stats.bio_size_sum_bytes, MW_SIZE_MIN_SHIFT, 1.0);
+      bio_size.metric.push_back(m);
+    }
+  }
+
+  MetricFamily build = Family("mergewatch_build_info", "Version of mergewatchd and the kernel it runs on.",
+                              MetricType::Gauge);
+  build.metric.push_back(GaugeValue({{"version", status.version}, {"kernel", status.kernel_release}}, 1));
+
+  MetricFamily programs = Family("mergewatch_bpf_program_attached",
+                                 "1 if the BPF program on this tracepoint is attached, 0 if it failed; mode is "
+                                 "tp_btf or raw_tp.",
+                                 MetricType::Gauge);
+  for (const ProgramStatus& p : status.programs)
+    programs.metric.push_back(GaugeValue({{"tracepoint", p.tracepoint}, {"mode", p.mode}}, p.attached ? 1 : 0));
+
+  MetricFamily events = Family("mergewatch_bpf_events_dropped_total",
+                               "Events the BPF programs could not account, by reason. complete_without_issue also "
+                               "counts requests in flight when the daemon started.",
+                               MetricType::Counter);
+  for (int i = 0; i < MW_CNT_MAX; ++i)
+    events.metric.push_back(
+        CounterValue({{"reason", kCounterNames[i]}}, static_cast<double>(snapshot.event_counts[i])));
+
+  MetricFamily capacity = Family("mergewatch_bpf_inflight_capacity",
+                                 "Requests the in-flight map can track at once (--bpf.inflight-entries).",
+                                 MetricType::Gauge);
+  capacity.metric.push_back(GaugeValue({}, status.inflight_capacity));
+
+  MetricFamily unresolved_family = Family("mergewatch_unresolved_devices",
+                                          "Devices with BPF data but no entry in sysfs now (removed, or a wrong "
+                                          "--path.sysfs); their series are not exported.",
+                                          MetricType::Gauge);
+  unresolved_family.metric.push_back(GaugeValue({}, static_cast<double>(unresolved.size())));
+
+  std::vector<MetricFamily> families;
+  for (MetricFamily* f : {&size, &latency, &queue_latency, &bio_size, &merges, &missed, &build, &programs, &events,
+                          &capacity, &unresolved_family})
+    families.push_back(std::move(*f));
+  return families;
+}
+
+MetricsCollector::MetricsCollector(SnapshotSource& source, DeviceNamer& namer, DaemonStatus status)
+    : source_(source), namer_(namer), status_(std::move(status)) {}
+
+std::vector<MetricFamily> MetricsCollector::Collect() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<MetricFamily> families;
+  try {
+    families = BuildMetricFamilies(source_.Read(), namer_, status_);
+  } catch (const std::exception& e) {
+    ++scrape_errors_;
+    LogError(std::string("scrape failed: ") + e.what());
+    families.clear();
+  }
+  MetricFamily errors = Family("mergewatch_scrape_errors_total",
+                               "Scrapes that failed to read the BPF maps; the log says why.", MetricType::Counter);
+  errors.metric.push_back(CounterValue({}, static_cast<double>(scrape_errors_)));
+  families.push_back(std::move(errors));
+  return families;
+}
+
+}  // namespace mergewatch

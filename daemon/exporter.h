@@ -1,0 +1,61 @@
+// Turns a map snapshot into Prometheus metric families at scrape time.
+#pragma once
+
+#include <prometheus/collectable.h>
+#include <prometheus/metric_family.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <linux/types.h>
+
+#include "device_namer.h"
+#include "snapshot.h"
+
+namespace mergewatch {
+
+struct ProgramStatus {
+  std::string tracepoint;  // block_rq_issue, ...
+  std::string mode;        // tp_btf or raw_tp
+  bool attached = false;
+};
+
+// Facts about the daemon itself that an operator needs to trust the numbers.
+struct DaemonStatus {
+  std::string version;
+  std::string kernel_release;
+  std::vector<ProgramStatus> programs;
+  uint32_t inflight_capacity = 0;
+};
+
+// Pure: the same snapshot, names and status always give the same families.
+// Devices the namer cannot resolve are left out and counted in
+// mergewatch_unresolved_devices; ops that share a label are summed.
+std::vector<prometheus::MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNamer& namer,
+                                                          const DaemonStatus& status);
+
+// Histogram of power-of-two buckets: slot i has upper bound 2^(min_shift+i) * unit,
+// the last slot is the overflow that only +Inf covers.
+prometheus::ClientMetric::Histogram Log2Histogram(const __u64* slots, size_t slot_count, uint64_t sum,
+                                                  int min_shift, double unit);
+
+// The prometheus-cpp Collectable: reads a snapshot per scrape. An exception in Collect()
+// would terminate the process from civetweb's thread, so failures become a metric.
+class MetricsCollector final : public prometheus::Collectable {
+ public:
+  MetricsCollector(SnapshotSource& source, DeviceNamer& namer, DaemonStatus status);
+  std::vector<prometheus::MetricFamily> Collect() const override;
+
+ private:
+  SnapshotSource& source_;
+  DeviceNamer& namer_;
+  const DaemonStatus status_;
+  mutable std::mutex mutex_;
+  mutable uint64_t scrape_errors_ = 0;
+};
+
+}  // namespace mergewatch

@@ -1,0 +1,85 @@
+#include "log.h"
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <mutex>
+
+namespace mergewatch {
+namespace {
+
+std::atomic<int> g_min_level{static_cast<int>(LogLevel::kInfo)};
+std::mutex g_write_mutex;
+
+const char* LevelName(LogLevel level) {
+  switch (level) {
+    case LogLevel::kDebug: return "debug";
+    case LogLevel::kInfo: return "info";
+    case LogLevel::kWarn: return "warn";
+    case LogLevel::kError: return "error";
+  }
+  return "info";
+}
+
+// syslog(3) priorities: LOG_DEBUG 7, LOG_INFO 6, LOG_WARNING 4, LOG_ERR 3.
+int SyslogPriority(LogLevel level) {
+  switch (level) {
+    case LogLevel::kDebug: return 7;
+    case LogLevel::kInfo: return 6;
+    case LogLevel::kWarn: return 4;
+    case LogLevel::kError: return 3;
+  }
+  return 6;
+}
+
+std::string QuoteLogfmt(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') { out += "\\n"; continue; }
+    out += c;
+  }
+  out += '"';
+  return out;
+}
+
+}  // namespace
+
+bool ParseLogLevel(const std::string& text, LogLevel* level) {
+  for (LogLevel l : {LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarn, LogLevel::kError}) {
+    if (text == LevelName(l)) {
+      *level = l;
+      return true;
+    }
+  }
+  return false;
+}
+
+void SetLogLevel(LogLevel level) { g_min_level = static_cast<int>(level); }
+
+bool LogEnabled(LogLevel level) { return static_cast<int>(level) >= g_min_level; }
+
+void Log(LogLevel level, const std::string& message) {
+  if (!LogEnabled(level)) return;
+  static const bool to_journal = std::getenv("JOURNAL_STREAM") != nullptr;
+  std::string line;
+  if (to_journal) {
+    line = "<" + std::to_string(SyslogPriority(level)) + ">";
+  } else {
+    char stamp[40];
+    timespec now{};
+    clock_gettime(CLOCK_REALTIME, &now);
+    tm utc{};
+    gmtime_r(&now.tv_sec, &utc);
+    size_t n = strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &utc);
+    snprintf(stamp + n, sizeof(stamp) - n, ".%03ldZ", now.tv_nsec / 1000000);
+    line = std::string("ts=") + stamp + " ";
+  }
+  line += std::string("level=") + LevelName(level) + " msg=" + QuoteLogfmt(message) + "\n";
+  std::lock_guard<std::mutex> lock(g_write_mutex);
+  fputs(line.c_str(), stderr);
+  fflush(stderr);
+}
+
+}  // namespace mergewatch

@@ -1,0 +1,28 @@
+// Logging to stderr in a form journald keeps levels for.
+//
+// Under systemd (JOURNAL_STREAM set) every line starts with a "<N>" syslog priority
+// prefix, which journald turns into the entry's PRIORITY; on a terminal or in a file
+// each line carries a timestamp instead. The body is logfmt, like Prometheus exporters.
+#pragma once
+
+#include <string>
+
+namespace mergewatch {
+
+enum class LogLevel { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
+
+// Parses "debug", "info", "warn", "error"; false on anything else.
+bool ParseLogLevel(const std::string& text, LogLevel* level);
+
+void SetLogLevel(LogLevel level);
+bool LogEnabled(LogLevel level);
+
+// Writes one line: level=<l> msg="<message>" (message quoted and escaped for logfmt).
+void Log(LogLevel level, const std::string& message);
+
+inline void LogDebug(const std::string& m) { Log(LogLevel::kDebug, m); }
+inline void LogInfo(const std::string& m) { Log(LogLevel::kInfo, m); }
+inline void LogWarn(const std::string& m) { Log(LogLevel::kWarn, m); }
+inline void LogError(const std::string& m) { Log(LogLevel::kError, m); }
+
+}  // namespace mergewatch

@@ -1,0 +1,144 @@
+// Block-device topology read from sysfs: which dev_t is which device, which
+// devices are partitions of which disk, and how dm/md devices stack on disks.
+//
+// Every function takes the sysfs root ("/sys" in production, a fixture tree in
+// tests). Symlinks are followed by reading them and resolving the target
+// relative to that root; absolute targets and targets that climb out of the
+// root are refused with a warning, so a fixture can never read the host /sys.
+//
+// Nothing here throws for a malformed tree: unreadable or malformed entries
+// are reported as human-readable strings appended to `warnings` (which may be
+// nullptr), and the well-formed rest of the tree is still returned.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace mergewatch {
+
+enum class DeviceKind { kNvme, kScsi, kVirtio, kLoop, kDm, kMd, kOther };
+
+// "nvme", "scsi", "virtio", "loop", "dm", "md", "other".
+const char* DeviceKindName(DeviceKind kind);
+
+// From <disk>/queue/. Fields keep their "unknown" value (-1, "", 0) when the
+// file is missing or malformed.
+struct QueueSettings {
+  int nomerges = -1;  // 0, 1 or 2
+  // The active scheduler: the bracketed word of "[none] mq-deadline", or
+  // "none" when the file holds just "none" (bio-based devices on newer
+  // kernels). Empty when the file is absent (bio-based devices elsewhere).
+  std::string scheduler;
+  uint64_t max_sectors_kb = 0;
+  uint32_t max_segments = 0;
+  int rotational = -1;  // 0 or 1
+};
+
+struct BlockDevice {
+  uint32_t major = 0;
+  uint32_t minor = 0;
+  std::string name;  // kernel name: nvme1n1, nvme1n1p2, dm-3, loop0, sda, md0
+  bool is_partition = false;
+  std::string disk;  // whole-disk name; == name unless is_partition
+  // Decided from sysfs shape (resolved path, dm/ md/ loop/ dirs,
+  // device/scsi_device), never from the major: 259 is shared by many drivers
+  // and the dm major is dynamic.
+  DeviceKind kind = DeviceKind::kOther;
+  std::string dm_name;  // dm/name
+  std::string dm_uuid;  // dm/uuid
+  // Set only when dm_uuid starts with "LVM-". lvm_layer is the uuid suffix
+  // after "LVM-" + 64 id chars: "real", "cow", "tdata", ... or "" for a
+  // top-level LV.
+  std::string lvm_vg;
+  std::string lvm_lv;
+  std::string lvm_layer;
+  // Entry names of this device's own slaves/ and holders/ dirs, sorted. For a
+  // partition these are the partition's own dirs (a dm on nvme0n1p2 appears
+  // in nvme0n1p2's holders, not in nvme0n1's); see Topology::UpperDevices
+  // for the disk-level view.
+  std::vector<std::string> slaves;
+  std::vector<std::string> holders;
+  QueueSettings queue;  // of the whole disk; partitions carry a copy
+};
+
+// An LVM dm name split into its parts, '--' unescaped to '-'.
+struct LvmName {
+  std::string vg;
+  std::string lv;
+  std::string layer;
+};
+
+// Splits an LVM dm name "<vg>-<lv>[-<layer>]" (a '-' inside a part is written
+// "--"). The layer is taken from `dm_uuid` ("LVM-" + 64 id chars + "-layer")
+// because that is what LVM itself uses to tell layers apart. nullopt when
+// dm_uuid is not an LVM uuid or dm_name does not split into 2 or 3 parts.
+std::optional<LvmName> ParseLvmName(const std::string& dm_name,
+                                    const std::string& dm_uuid);
+
+// Parses the content of queue/scheduler as described on
+// QueueSettings::scheduler. nullopt for content that is neither bracketed nor
+// "none".
+std::optional<std::string> ParseScheduler(const std::string& content);
+
+class Topology {
+ public:
+  Topology() = default;
+
+  // Scans <root>/block/* (whole disks) and their partitions (subdirs holding
+  // a "partition" file), then <root>/dev/block/* for anything not yet seen.
+  // Devices without a readable "dev" file are skipped with a warning.
+  static Topology Scan(const std::string& sysfs_root,
+                       std::vector<std::string>* warnings);
+
+  // Builds a topology from already-parsed devices (for tests of code that
+  // consumes a topology). Later duplicates of a name or dev_t are dropped.
+  static Topology FromDevices(std::vector<BlockDevice> devices);
+
+  const BlockDevice* Find(uint32_t major, uint32_t minor) const;
+  const BlockDevice* FindByName(const std::string& name) const;
+  const std::vector<BlockDevice>& devices() const { return devices_; }  // sorted by name
+
+  // Devices above `name`, transitively, nearest first (breadth-first, ties by
+  // name). For a whole disk this includes what sits on its partitions,
+  // because block_rq_* events name the whole disk even for partition I/O:
+  // UpperDevices("nvme1n1") finds the dm device on nvme1n1p2.
+  std::vector<std::string> UpperDevices(const std::string& name) const;
+
+  // Whole disks at the bottom of the stack below `name` (devices reached
+  // through slaves/ that have no slaves themselves), sorted; a partition
+  // counts as its disk. LowerDisks("dm-3") == {"nvme1n1"} for
+  // dm-3 -> dm-0 -> nvme1n1. Empty for a device with nothing below it.
+  std::vector<std::string> LowerDisks(const std::string& name) const;
+
+  // One line per device, every field, sorted by name: for golden files.
+  std::string Dump() const;
+
+ private:
+  // Sorts by name and indexes; duplicates of a name or dev_t are dropped
+  // with a warning (warnings may be nullptr).
+  Topology(std::vector<BlockDevice> devices, std::vector<std::string>* warnings);
+
+  // Holders of `name`; for a whole disk also the holders of its partitions.
+  std::vector<std::string> DirectHolders(const std::string& name) const;
+  // The whole disk of a partition, else `name` itself (also when unknown).
+  std::string DiskOf(const std::string& name) const;
+
+  std::vector<BlockDevice> devices_;
+  std::map<std::pair<uint32_t, uint32_t>, size_t> index_by_dev_;
+  std::map<std::string, size_t> index_by_name_;
+  std::map<std::string, std::vector<std::string>> partitions_by_disk_;
+};
+
+// Resolves one device without a full scan, for a major:minor that BPF
+// reported but the current topology lacks: follows <root>/dev/block/M:m and
+// falls back to Topology::Scan when that link is missing or broken. nullopt
+// when no such device exists.
+std::optional<BlockDevice> ResolveDevice(const std::string& sysfs_root,
+                                         uint32_t major, uint32_t minor,
+                                         std::vector<std::string>* warnings);
+
+}  // namespace mergewatch

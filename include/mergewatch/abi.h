@@ -1,0 +1,131 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * The one ABI shared by the BPF programs (bpf/mergewatch.bpf.c) and the daemon.
+ *
+ * BPF includes this after vmlinux.h, C++ after <linux/types.h>. Only fixed-width
+ * __u32/__u64 fields with explicit padding: no bool, enum-typed fields or bitfields,
+ * so that both compilers agree on every offset (asserted below and in the unit tests
+ * against the skeleton's map key/value sizes).
+ *
+ * All counters are cumulative u64 and are never reset by the daemon: Prometheus
+ * counters must be monotonic.
+ */
+#ifndef MERGEWATCH_ABI_H
+#define MERGEWATCH_ABI_H
+
+#ifndef __always_inline
+#define __always_inline inline __attribute__((always_inline))
+#endif
+
+/*
+ * Request and bio size histograms: bucket i counts sizes <= 2^(MW_SIZE_MIN_SHIFT + i)
+ * bytes, i.e. Prometheus le="512" ... le="33554432" (32 MiB); the last slot counts
+ * larger sizes (only le="+Inf" covers it). Ceil-log2 so a 4096-byte request lands in
+ * le="4096" exactly (floor-log2 would put it with 4097..8191).
+ */
+#define MW_SIZE_MIN_SHIFT 9
+#define MW_SIZE_MAX_SHIFT 25
+#define MW_SIZE_SLOTS (MW_SIZE_MAX_SHIFT - MW_SIZE_MIN_SHIFT + 2)
+
+/*
+ * Latency histograms in nanoseconds: bucket i counts latencies <= 2^(MW_LAT_MIN_SHIFT + i) ns,
+ * from 1.024 us up to 2^36 ns = 68.7 s; the last slot counts anything slower.
+ */
+#define MW_LAT_MIN_SHIFT 10
+#define MW_LAT_MAX_SHIFT 36
+#define MW_LAT_SLOTS (MW_LAT_MAX_SHIFT - MW_LAT_MIN_SHIFT + 2)
+
+/* Bounds of the maps; the in-flight map size can be changed at load time. */
+#define MW_MAX_DEV_OP_KEYS 8192
+#define MW_DEFAULT_INFLIGHT_ENTRIES 16384
+
+/* REQ_OP_MASK: the low 8 bits of cmd_flags / bi_opf hold the operation since v4.10. */
+#define MW_REQ_OP_MASK 0xffu
+
+/* Per device and operation. major/minor are kept apart to avoid the two dev_t encodings. */
+struct mw_dev_key {
+	__u32 major;
+	__u32 minor;
+	__u32 op; /* raw REQ_OP_* value; the daemon maps it to a label */
+	__u32 pad;
+};
+
+struct mw_dev_stats {
+	/* block_rq_issue: bytes dispatched to the driver per request */
+	__u64 size_slots[MW_SIZE_SLOTS];
+	__u64 size_sum_bytes;
+	/* block_rq_issue -> final block_rq_complete (device time) */
+	__u64 latency_slots[MW_LAT_SLOTS];
+	__u64 latency_sum_ns;
+	/* block_rq_insert -> block_rq_issue (scheduler queue time); only where insert fires */
+	__u64 queue_latency_slots[MW_LAT_SLOTS];
+	__u64 queue_latency_sum_ns;
+	__u64 back_merges;
+	__u64 front_merges;
+	/*
+	 * Requests that went down separately although they were contiguous with the request
+	 * flushed just before them from the same plug and would have fit the queue's limits
+	 * together: a merge that was possible and did not happen.
+	 */
+	__u64 missed_merges;
+	/* block_bio_queue on bio-based devices (dm, md): bytes per bio the device received */
+	__u64 bio_size_slots[MW_SIZE_SLOTS];
+	__u64 bio_size_sum_bytes;
+};
+
+/* Indexes of the per-CPU event counter array: what the daemon reports as dropped or unmatched. */
+#define MW_CNT_INFLIGHT_FULL 0     /* a request could not be tracked: the in-flight map was full */
+#define MW_CNT_STATS_FULL 1        /* a device/op could not get a stats slot: too many devices */
+#define MW_CNT_COMPLETE_UNMATCHED 2 /* completion of a request issued before attach (or dropped) */
+#define MW_CNT_NO_DISK 3           /* request without a gendisk (passthrough), not attributed */
+#define MW_CNT_MAX 4
+
+/* In-flight request state, keyed by the struct request pointer. */
+struct mw_inflight {
+	__u64 insert_ns;
+	__u64 issue_ns;
+};
+
+/* Smallest k with 2^k >= v (0 for v <= 1). Branch-light so BPF and C++ share it. */
+static __always_inline __u32 mw_log2_ceil(__u64 v)
+{
+	__u32 shift, r = 0;
+
+	if (v <= 1)
+		return 0;
+	v--;
+	shift = (v > 0xFFFFFFFFull) << 5; v >>= shift; r |= shift;
+	shift = (v > 0xFFFF) << 4; v >>= shift; r |= shift;
+	shift = (v > 0xFF) << 3; v >>= shift; r |= shift;
+	shift = (v > 0xF) << 2; v >>= shift; r |= shift;
+	shift = (v > 0x3) << 1; v >>= shift; r |= shift;
+	r |= (__u32)(v >> 1);
+	return r + 1;
+}
+
+/* Histogram slot for a value given the first bucket's shift and the slot count (last = overflow). */
+static __always_inline __u32 mw_hist_slot(__u64 v, __u32 min_shift, __u32 slots)
+{
+	__u32 k = mw_log2_ceil(v);
+
+	if (k <= min_shift)
+		return 0;
+	k -= min_shift;
+	return k < slots - 1 ? k : slots - 1;
+}
+
+#ifdef __cplusplus
+static_assert(sizeof(struct mw_dev_key) == 16, "mw_dev_key layout");
+static_assert(sizeof(struct mw_inflight) == 16, "mw_inflight layout");
+static_assert(sizeof(struct mw_dev_stats) ==
+		      8 * (2 * (MW_SIZE_SLOTS + 1) + 2 * (MW_LAT_SLOTS + 1) + 3),
+	      "mw_dev_stats has no padding");
+#else
+_Static_assert(sizeof(struct mw_dev_key) == 16, "mw_dev_key layout");
+_Static_assert(sizeof(struct mw_inflight) == 16, "mw_inflight layout");
+_Static_assert(sizeof(struct mw_dev_stats) ==
+		       8 * (2 * (MW_SIZE_SLOTS + 1) + 2 * (MW_LAT_SLOTS + 1) + 3),
+	       "mw_dev_stats has no padding");
+#endif
+
+#endif /* MERGEWATCH_ABI_H */
