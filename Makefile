@@ -91,14 +91,24 @@ run: all
 	@if [ "$$(id -u)" != 0 ]; then echo 'make run: mergewatchd loads BPF programs; run as root' >&2; exit 1; fi
 	$(DAEMON) $(RUN_ARGS)
 
+# Every suite runs even when an earlier one fails; the summary line decides the exit code.
+REPORTS := $(BUILD)/reports
 test: all
-	@$(MAKE) --no-print-directory test-unit test-privileged
+	@rm -rf $(REPORTS); status=0; \
+	$(MAKE) --no-print-directory test-unit || status=1; \
+	$(MAKE) --no-print-directory test-privileged || status=1; \
+	$(PYTHON) tests/summary.py $(REPORTS)/unit.json $(REPORTS)/privileged.xml || status=1; \
+	exit $$status
 
 test-unit: $(UNIT_BIN)
-	$(UNIT_BIN) --gtest_brief=1
+	@mkdir -p $(REPORTS)
+	$(UNIT_BIN) --gtest_brief=1 --gtest_output=json:$(REPORTS)/unit.json
 
+# As root on a machine with BTF none of these may skip: MERGEWATCH_NO_SKIP turns a skip into a failure.
 test-privileged: $(DAEMON)
-	MERGEWATCHD=$(CURDIR)/$(DAEMON) $(PYTHON) -m pytest -v -rs tests/integration
+	@mkdir -p $(REPORTS)
+	MERGEWATCHD=$(CURDIR)/$(DAEMON) MERGEWATCH_NO_SKIP=$$( [ "$$(id -u)" = 0 ] && echo 1 || echo 0 ) \
+		$(PYTHON) -m pytest -v -rs -p no:cacheprovider --junitxml=$(REPORTS)/privileged.xml tests/integration
 
 $(BUILD) $(BUILD)/obj $(BUILD)/obj/unit:
 	$(Q)mkdir -p $@
