@@ -3,7 +3,7 @@
 #include <arpa/inet.h>
 
 #include <CLI/CLI.hpp>
-#include <sstream>
+#include <regex>
 
 #include "exit_codes.h"
 
@@ -39,6 +39,19 @@ bool NormalizeListenAddress(const std::string& address, std::string* civet_port,
   return true;
 }
 
+namespace {
+
+bool ValidRegex(const std::string& pattern) {
+  try {
+    std::regex compiled(pattern, std::regex::extended);
+    return true;
+  } catch (const std::regex_error&) {
+    return false;
+  }
+}
+
+}  // namespace
+
 ParseResult ParseFlags(int argc, const char* const* argv) {
   ParseResult result;
   Config& config = result.config;
@@ -63,6 +76,44 @@ ParseResult ParseFlags(int argc, const char* const* argv) {
                  "Requests tracked in flight at once; more are counted as dropped")
       ->capture_default_str()
       ->check(CLI::Range(64u, 1u << 22));
+  std::string refresh = "5s";
+  app.add_option("--topology.refresh-interval", refresh,
+                 "How often sysfs is rescanned for devices and queue settings (also on SIGHUP and new devices)")
+      ->capture_default_str();
+
+  CollapsePolicy& policy = config.collapse;
+  std::string require_upper = "dm", window = "10s", raise_after = "5s", clear_after = "30s";
+  app.add_option("--collapse.lower-devices", policy.lower_devices,
+                 "Regex (POSIX extended) on the kernel names of the disks the detector watches")
+      ->capture_default_str();
+  app.add_option("--collapse.require-upper", require_upper,
+                 "dm: only disks with a dm device stacked on them; any: dm or md; none: any disk")
+      ->capture_default_str();
+  app.add_option("--collapse.window", window, "Sliding window the evidence is computed over")->capture_default_str();
+  app.add_option("--collapse.raise-after", raise_after, "Raise after the pattern held this long")
+      ->capture_default_str();
+  app.add_option("--collapse.clear-after", clear_after, "Clear after the disk was healthy this long")
+      ->capture_default_str();
+  app.add_option("--collapse.min-requests-per-second", policy.min_requests_per_second,
+                 "Below this dispatch rate a disk never raises")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--collapse.min-small-share", policy.min_small_share,
+                 "Share of requests of at most 4 KiB needed")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--collapse.min-missed-share", policy.min_missed_share,
+                 "Share of requests that were missed merges needed")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--collapse.max-merge-share", policy.max_merge_share,
+                 "Largest share of merged bios that still counts as no merging")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--collapse.min-upper-size-ratio", policy.min_upper_size_ratio,
+                 "How much larger the upper device's bios must be than the disk's requests")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--version", show_version, "Print the version and exit");
 
   try {
@@ -84,6 +135,18 @@ ParseResult ParseFlags(int argc, const char* const* argv) {
     error = "--log.level must be one of debug, info, warn, error, got \"" + log_level + "\"";
   } else if (!NormalizeListenAddress(config.listen_address, &unused, &error)) {
     error = "--web.listen-address: " + error;
+  } else if (!ParseDuration(refresh, &config.topology_refresh) || config.topology_refresh.count() <= 0) {
+    error = "--topology.refresh-interval must be a duration like 5s or 500ms, got \"" + refresh + "\"";
+  } else if (!ParseUpperRequirement(require_upper, &policy.require_upper)) {
+    error = "--collapse.require-upper must be dm, any or none, got \"" + require_upper + "\"";
+  } else if (!ParseDuration(window, &policy.window) || policy.window.count() <= 0) {
+    error = "--collapse.window must be a positive duration like 10s, got \"" + window + "\"";
+  } else if (!ParseDuration(raise_after, &policy.raise_after)) {
+    error = "--collapse.raise-after must be a duration like 5s, got \"" + raise_after + "\"";
+  } else if (!ParseDuration(clear_after, &policy.clear_after)) {
+    error = "--collapse.clear-after must be a duration like 30s, got \"" + clear_after + "\"";
+  } else if (!ValidRegex(policy.lower_devices)) {
+    error = "--collapse.lower-devices is not a valid extended regular expression: \"" + policy.lower_devices + "\"";
   } else if (config.telemetry_path.empty() || config.telemetry_path[0] != '/' || config.telemetry_path == "/") {
     error = "--web.telemetry-path must start with / and not be / itself, got \"" + config.telemetry_path + "\"";
   }

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "detector.h"
 #include "log.h"
 
 namespace mergewatch {
@@ -15,6 +16,8 @@ struct Config {
   std::string btf_path = "/sys/kernel/btf/vmlinux";
   LogLevel log_level = LogLevel::kInfo;
   uint32_t inflight_entries = 16384;
+  Duration topology_refresh = std::chrono::seconds(5);
+  CollapsePolicy collapse;
 };
 
 // Outcome of parsing: run with `config`, or exit with `exit_code` after printing

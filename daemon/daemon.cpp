@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 
 #include "bpf_probes.h"
@@ -18,6 +19,8 @@
 #include "exporter.h"
 #include "log.h"
 #include "sd_notify.h"
+#include "state_metrics.h"
+#include "topology.h"
 
 namespace mergewatch {
 namespace {
@@ -83,6 +86,71 @@ void Fail(const std::string& message, int exit_code) {
   SdNotify("STATUS=failed: " + message.substr(0, 200) + "\nERRNO=" + std::to_string(exit_code));
 }
 
+// The latest sysfs topology: rescanned periodically, on SIGHUP, and when BPF reports a
+// device it does not know yet (a disk that appeared since the last scan).
+class TopologyKeeper {
+ public:
+  TopologyKeeper(std::string sysfs_root, Duration refresh) : sysfs_root_(std::move(sysfs_root)), refresh_(refresh) {
+    Rescan();
+  }
+  void Rescan() {
+    std::vector<std::string> warnings;
+    current_ = std::make_shared<const Topology>(Topology::Scan(sysfs_root_, &warnings));
+    last_scan_ = Now();
+    for (const std::string& w : warnings) {
+      if (reported_warnings_.insert(w).second) LogWarn("sysfs: " + w);
+    }
+    if (current_->devices().empty() && !reported_empty_) {
+      LogWarn("no block devices found under " + sysfs_root_ + "/block: check --path.sysfs");
+      reported_empty_ = true;
+    }
+  }
+  void RefreshFor(const Snapshot& snapshot) {
+    bool unknown = false;
+    for (const auto& [key, stats] : snapshot.stats) unknown |= current_->Find(key.major, key.minor) == nullptr;
+    // Unknown devices may also be ones that are gone for good: rescan at most once a second then.
+    const Duration since = Now() - last_scan_;
+    if (since >= refresh_ || (unknown && since >= std::chrono::seconds(1))) Rescan();
+  }
+  std::shared_ptr<const Topology> current() const { return current_; }
+  static TimePoint Now() { return std::chrono::steady_clock::now().time_since_epoch(); }
+
+ private:
+  std::string sysfs_root_;
+  Duration refresh_;
+  std::shared_ptr<const Topology> current_;
+  TimePoint last_scan_{};
+  std::set<std::string> reported_warnings_;
+  bool reported_empty_ = false;
+};
+
+void Tick(SnapshotSource& source, TopologyKeeper* topology, CollapseDetector* detector, StateCollector* state) {
+  Snapshot snapshot;
+  try {
+    snapshot = source.Read();
+  } catch (const std::exception& e) {
+    LogError(std::string("reading the BPF maps failed: ") + e.what());
+    return;
+  }
+  topology->RefreshFor(snapshot);
+  // While a disk shows the pattern, its onset line must name the queue settings of now,
+  // not of the last periodic scan: rescan every tick until it is resolved.
+  for (const DiskVerdict& v : detector->Verdicts()) {
+    if (v.condition || v.raised) {
+      topology->Rescan();
+      break;
+    }
+  }
+  for (const CollapseEvent& event : detector->Update(TopologyKeeper::Now(), snapshot, *topology->current())) {
+    if (event.onset) {
+      LogWarn(event.message);
+    } else {
+      LogInfo(event.message);
+    }
+  }
+  state->Publish(topology->current(), detector->Verdicts());
+}
+
 }  // namespace
 
 void BlockDaemonSignals() {
@@ -141,7 +209,13 @@ int RunDaemon(const Config& config) {
   SysfsDeviceNamer namer(config.sysfs_root);
   DaemonStatus status{VersionString(), KernelRelease(), probes->programs(), config.inflight_entries};
   auto collector = std::make_shared<MetricsCollector>(*probes, namer, status);
+  auto state = std::make_shared<StateCollector>();
   exposer->RegisterCollectable(collector, config.telemetry_path);
+  exposer->RegisterCollectable(state, config.telemetry_path);
+
+  TopologyKeeper topology(config.sysfs_root, config.topology_refresh);
+  CollapseDetector detector(config.collapse);
+  state->Publish(topology.current(), detector.Verdicts());
 
   std::string ready_status = "serving " + config.telemetry_path + " on " + civet_port + ", " +
                              std::to_string(probes->attached_count()) + " programs attached (" + probes->mode() +
@@ -149,7 +223,8 @@ int RunDaemon(const Config& config) {
   SdNotify("READY=1\nSTATUS=" + ready_status);
   LogInfo("ready: " + ready_status);
 
-  // sigtimedwait is the tick: it wakes for the watchdog at half its interval.
+  // sigtimedwait is the tick: once a second the detector sees a fresh snapshot, and the
+  // watchdog is fed at half its interval.
   const uint64_t watchdog_usec = SdWatchdogUsec();
   const long tick_ms = watchdog_usec > 0 ? static_cast<long>(std::min<uint64_t>(watchdog_usec / 2000, 1000)) : 1000;
   sigset_t wait_set;
@@ -164,18 +239,23 @@ int RunDaemon(const Config& config) {
     if (watchdog_usec > 0) SdNotify("WATCHDOG=1");
     if (sig == SIGINT || sig == SIGTERM) {
       exit_signal = sig;
-    } else if (sig == SIGHUP) {
-      LogInfo("SIGHUP: device names are re-read from sysfs at every scrape; nothing to reload");
+      break;
+    }
+    if (sig == SIGHUP) {
+      LogInfo("SIGHUP: rescanning block devices in " + config.sysfs_root);
+      topology.Rescan();
     } else if (sig < 0 && errno != EAGAIN && errno != EINTR) {
       LogError(std::string("sigtimedwait: ") + strerror(errno));
       return kExitFailure;
     }
+    Tick(*probes, &topology, &detector, state.get());
   }
 
   LogInfo(std::string("received ") + strsignal(exit_signal) + ", shutting down");
   SdNotify("STOPPING=1\nSTATUS=stopping");
   exposer.reset();  // no scrape can touch the maps past this point
   collector.reset();
+  state.reset();
   probes.reset();   // destroys every link: nothing of ours stays attached
   LogInfo("BPF programs detached, exiting");
   return kExitOk;

@@ -1,0 +1,222 @@
+// The merge-collapse detector on synthetic snapshots with a fake clock: the cases that
+// must raise, and the small-I/O cases that must never page anyone.
+#include "detector.h"
+
+#include <gtest/gtest.h>
+
+namespace mergewatch {
+namespace {
+
+using std::chrono::seconds;
+
+constexpr uint32_t kNvmeMajor = 259, kDmMajor = 253, kLoopMajor = 7;
+
+BlockDevice Disk(const std::string& name, DeviceKind kind, uint32_t major, uint32_t minor, int nomerges,
+                 std::vector<std::string> holders = {}) {
+  BlockDevice d;
+  d.name = d.disk = name;
+  d.kind = kind;
+  d.major = major;
+  d.minor = minor;
+  d.queue.nomerges = nomerges;
+  d.holders = std::move(holders);
+  return d;
+}
+
+// The 2019 stack: nvme1n1 <- dm-0 (-real) <- dm-3 (snapshot).
+Topology SnapshotStack(int nomerges) {
+  BlockDevice real = Disk("dm-0", DeviceKind::kDm, kDmMajor, 0, 0, {"dm-3"});
+  real.slaves = {"nvme1n1"};
+  BlockDevice snap = Disk("dm-3", DeviceKind::kDm, kDmMajor, 3, 0);
+  snap.slaves = {"dm-0"};
+  return Topology::FromDevices({Disk("nvme1n1", DeviceKind::kNvme, kNvmeMajor, 0, nomerges, {"dm-0"}), real, snap});
+}
+
+// Per second, what each device does; the feeder turns it into cumulative snapshots.
+struct Load {
+  uint64_t requests = 0;
+  uint64_t request_bytes = 4096;
+  uint64_t missed = 0;
+  uint64_t back_merges = 0;
+  uint64_t upper_bios = 0;
+  uint64_t upper_bio_bytes = 0;
+};
+
+class Feeder {
+ public:
+  Feeder(CollapsePolicy policy, Topology topology, uint32_t disk_major, uint32_t disk_minor)
+      : detector_(std::move(policy)), topology_(std::move(topology)), major_(disk_major), minor_(disk_minor) {}
+
+  // Advances the fake clock one second per step; returns the events of all steps.
+  std::vector<CollapseEvent> Run(int steps, const Load& load) {
+    std::vector<CollapseEvent> events;
+    for (int i = 0; i < steps; ++i) {
+      now_ += seconds(1);
+      mw_dev_stats& disk = snapshot_.stats[{major_, minor_, 0}];
+      disk.size_slots[mw_hist_slot(load.request_bytes, MW_SIZE_MIN_SHIFT, MW_SIZE_SLOTS)] += load.requests;
+      disk.size_sum_bytes += load.requests * load.request_bytes;
+      disk.missed_merges += load.missed;
+      disk.back_merges += load.back_merges;
+      if (load.upper_bios > 0) {
+        mw_dev_stats& upper = snapshot_.stats[{kDmMajor, 3, 0}];
+        upper.bio_size_slots[mw_hist_slot(load.upper_bio_bytes, MW_SIZE_MIN_SHIFT, MW_SIZE_SLOTS)] += load.upper_bios;
+        upper.bio_size_sum_bytes += load.upper_bios * load.upper_bio_bytes;
+      }
+      for (CollapseEvent& e : detector_.Update(now_, snapshot_, topology_)) events.push_back(std::move(e));
+      raised_history_.push_back(Raised());
+    }
+    return events;
+  }
+  bool Raised() const {
+    for (const DiskVerdict& v : detector_.Verdicts()) if (v.raised) return true;
+    return false;
+  }
+  DiskVerdict Verdict() const { return detector_.Verdicts().at(0); }
+  const std::vector<bool>& history() const { return raised_history_; }
+  void SetTopology(Topology t) { topology_ = std::move(t); }
+
+ private:
+  CollapseDetector detector_;
+  Topology topology_;
+  uint32_t major_, minor_;
+  Snapshot snapshot_;
+  TimePoint now_{};
+  std::vector<bool> raised_history_;
+};
+
+CollapsePolicy LoopPolicy() {
+  CollapsePolicy p;
+  p.lower_devices = "^loop";
+  p.require_upper = UpperRequirement::kNone;
+  p.window = seconds(5);
+  p.raise_after = seconds(3);
+  p.clear_after = seconds(4);
+  return p;
+}
+
+Feeder LoopFeeder(int nomerges = 2) {
+  return Feeder(LoopPolicy(), Topology::FromDevices({Disk("loop0", DeviceKind::kLoop, kLoopMajor, 0, nomerges)}),
+                kLoopMajor, 0);
+}
+
+// Batched sequential 4 KiB reads with nomerges=2: 64 contiguous requests per plug, 63 missed.
+const Load kCollapsed{6400, 4096, 6300, 0, 0, 0};
+// The same read with merging: a few large requests and many back merges.
+const Load kMerged{100, 262144, 0, 6300, 0, 0};
+// Random 4 KiB reads: small, but nothing contiguous to merge.
+const Load kRandomSmall{20000, 4096, 0, 0, 0, 0};
+// Sequential 4 KiB reads submitted one at a time: small, contiguous, but no two ever met in a plug.
+const Load kOneAtATime{15000, 4096, 0, 0, 0, 0};
+
+TEST(CollapseDetector, RaisesAfterTheRaiseTimeAndClearsAfterTheClearTime) {
+  Feeder f = LoopFeeder();
+  EXPECT_TRUE(f.Run(3, kCollapsed).empty());  // first sample has no window yet; condition from t=2
+  std::vector<CollapseEvent> events = f.Run(2, kCollapsed);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_TRUE(events[0].onset);
+  EXPECT_EQ(events[0].device, "loop0");
+  EXPECT_NE(events[0].message.find("nomerges=2 on loop0"), std::string::npos) << events[0].message;
+  EXPECT_NE(events[0].message.find("echo 0 > /sys/block/loop0/queue/nomerges"), std::string::npos);
+  EXPECT_TRUE(f.Raised());
+  DiskVerdict v = f.Verdict();
+  EXPECT_DOUBLE_EQ(v.evidence.small_share, 1.0);
+  EXPECT_NEAR(v.evidence.missed_share, 6300.0 / 6400.0, 1e-9);
+  EXPECT_DOUBLE_EQ(v.evidence.requests_per_second, 6400);
+
+  // Healthy again: the window must first drain the collapsed seconds, then clear_after runs.
+  events = f.Run(12, kMerged);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_FALSE(events[0].onset);
+  EXPECT_FALSE(f.Raised());
+  const auto& h = f.history();
+  size_t cleared_at = std::find(h.begin() + 5, h.end(), false) - h.begin();
+  EXPECT_LE(cleared_at - 5, 5u /*window*/ + 4u /*clear_after*/ + 1u);
+}
+
+TEST(CollapseDetector, NeverRaisesOnSmallIoThatCouldNotMerge) {
+  for (const Load& load : {kRandomSmall, kOneAtATime, kMerged}) {
+    Feeder f = LoopFeeder();
+    EXPECT_TRUE(f.Run(30, load).empty());
+    EXPECT_FALSE(f.Verdict().condition);
+  }
+}
+
+TEST(CollapseDetector, NeverRaisesOnAnIdleOrNearlyIdleDisk) {
+  Feeder f = LoopFeeder();
+  f.Run(1, Load{10, 4096, 9, 0, 0, 0});
+  EXPECT_TRUE(f.Run(30, Load{}).empty());
+  // A trickle of the collapsed shape below --collapse.min-requests-per-second.
+  EXPECT_TRUE(f.Run(30, Load{40, 4096, 39, 0, 0, 0}).empty());
+}
+
+TEST(CollapseDetector, LargeRequestsAreNotACollapseEvenUnmerged) {
+  Feeder f = LoopFeeder();
+  // 1 MiB reads split at max_sectors: contiguous pieces that could not merge further.
+  EXPECT_TRUE(f.Run(30, Load{4000, 1 << 20, 0, 0, 0, 0}).empty());
+}
+
+TEST(CollapseDetector, DoesNotFlapWhenThePatternPausesWithinAWindow) {
+  Feeder f = LoopFeeder();
+  std::vector<CollapseEvent> events = f.Run(10, kCollapsed);
+  events = f.Run(2, Load{});  // two idle seconds: the window still holds the collapse
+  EXPECT_TRUE(events.empty());
+  events = f.Run(10, kCollapsed);
+  EXPECT_TRUE(events.empty());
+  for (size_t i = 4; i < f.history().size(); ++i) EXPECT_TRUE(f.history()[i]) << "second " << i;
+}
+
+TEST(CollapseDetector, RequiresTheDmDeviceOnTopByDefault) {
+  CollapsePolicy policy;  // defaults: ^nvme, require dm
+  policy.raise_after = seconds(2);
+  // nvme with nothing stacked: never.
+  Feeder bare(policy, Topology::FromDevices({Disk("nvme0n1", DeviceKind::kNvme, kNvmeMajor, 0, 2)}), kNvmeMajor, 0);
+  EXPECT_TRUE(bare.Run(20, kCollapsed).empty());
+
+  // The snapshot receives 256 KiB bios and the disk dispatches 4 KiB: raise, naming dm-3.
+  Feeder stacked(policy, SnapshotStack(2), kNvmeMajor, 0);
+  Load incident = kCollapsed;
+  incident.upper_bios = 100;
+  incident.upper_bio_bytes = 262144;
+  std::vector<CollapseEvent> events = stacked.Run(10, incident);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].upper, "dm-3");
+  EXPECT_NE(events[0].message.find("under dm-3"), std::string::npos) << events[0].message;
+  EXPECT_NE(events[0].message.find("echo 0 > /sys/block/nvme1n1/queue/nomerges"), std::string::npos);
+}
+
+TEST(CollapseDetector, DmDevicePassingSmallBiosThroughIsNotTheSnapshotPattern) {
+  CollapsePolicy policy;
+  policy.raise_after = seconds(2);
+  Feeder f(policy, SnapshotStack(2), kNvmeMajor, 0);
+  Load linear = kCollapsed;
+  linear.upper_bios = 6400;  // the reader itself sent 4 KiB bios
+  linear.upper_bio_bytes = 4096;
+  EXPECT_TRUE(f.Run(20, linear).empty());
+}
+
+TEST(CollapseDetector, ClearsWhenTheDeviceDisappears) {
+  Feeder f = LoopFeeder();
+  f.Run(8, kCollapsed);
+  ASSERT_TRUE(f.Raised());
+  f.SetTopology(Topology::FromDevices({}));
+  std::vector<CollapseEvent> events = f.Run(1, kCollapsed);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_FALSE(events[0].onset);
+  EXPECT_FALSE(f.Raised());
+}
+
+TEST(ParseDuration, AcceptsUnitsAndRejectsTheRest) {
+  Duration d;
+  ASSERT_TRUE(ParseDuration("10s", &d));
+  EXPECT_EQ(d, seconds(10));
+  ASSERT_TRUE(ParseDuration("250ms", &d));
+  EXPECT_EQ(d, std::chrono::milliseconds(250));
+  ASSERT_TRUE(ParseDuration("2m", &d));
+  EXPECT_EQ(d, seconds(120));
+  ASSERT_TRUE(ParseDuration("1.5s", &d));
+  EXPECT_EQ(d, std::chrono::milliseconds(1500));
+  for (const char* bad : {"", "10", "s", "-1s", "10x", "1e3s"}) EXPECT_FALSE(ParseDuration(bad, &d)) << bad;
+}
+
+}  // namespace
+}  // namespace mergewatch
