@@ -56,15 +56,24 @@ def free_port():
         return s.getsockname()[1]
 
 
-def our_bpf_links():
-    """BPF links whose program is one of mergewatch's (program names in bpf/mergewatch.bpf.c)."""
+def links_of(pid):
+    """IDs of the BPF links a process holds, from the fdinfo of its link fds."""
+    ids = set()
+    fd_dir = f"/proc/{pid}/fdinfo"
+    for fd in os.listdir(fd_dir):
+        try:
+            with open(os.path.join(fd_dir, fd)) as f:
+                for line in f:
+                    if line.startswith("link_id:"):
+                        ids.add(int(line.split()[1]))
+        except OSError:
+            continue
+    return ids
+
+
+def attached_link_ids():
     out = subprocess.run(["bpftool", "-j", "link", "show"], capture_output=True, text=True, check=True).stdout
-    links = json.loads(out or "[]")
-    progs = json.loads(subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True,
-                                      check=True).stdout or "[]")
-    ours = {p["id"] for p in progs if p.get("name", "").startswith(("btf_", "raw_"))
-            and any(k in p.get("name", "") for k in ("rq_", "bio_", "unplug"))}
-    return [link for link in links if link.get("prog_id") in ours]
+    return {link["id"] for link in json.loads(out or "[]")}
 
 
 class Daemon:
