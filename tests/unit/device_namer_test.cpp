@@ -1,0 +1,65 @@
+#include "device_namer.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace mergewatch {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(SysfsDeviceNamer, NamesDevicesOfAFixtureTree) {
+  SysfsDeviceNamer namer(std::string(MERGEWATCH_FIXTURE_DIR) + "/sysfs/seed-lvm-snapshot");
+  EXPECT_EQ(namer.NameOf(259, 0), "nvme1n1");
+  EXPECT_EQ(namer.NameOf(253, 3), "dm-3");
+  EXPECT_EQ(namer.NameOf(7, 99), std::nullopt);
+}
+
+TEST(SysfsDeviceNamer, MinorsAboveTwoFiftyFive) {
+  SysfsDeviceNamer namer(std::string(MERGEWATCH_FIXTURE_DIR) + "/sysfs/big-minors");
+  EXPECT_EQ(namer.NameOf(7, 300), "loop300");
+}
+
+// A tiny sysfs with one device whose major:minor we re-point, as the kernel does when a
+// number is freed and handed to another device.
+class ReusedNumber : public testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::path(testing::TempDir()) / ("namer-" + std::to_string(getpid()));
+    fs::remove_all(root_);
+    fs::create_directories(root_ / "dev/block");
+    fs::create_directories(root_ / "block");
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  void Attach(const std::string& name, const std::string& devnum) {
+    fs::path dir = root_ / "devices/virtual/block" / name;
+    fs::create_directories(dir);
+    std::ofstream(dir / "dev") << devnum << "\n";
+    fs::remove(root_ / "dev/block" / devnum);
+    fs::create_directory_symlink("../../devices/virtual/block/" + name, root_ / "dev/block" / devnum);
+    fs::remove(root_ / "block" / name);
+    fs::create_directory_symlink("../devices/virtual/block/" + name, root_ / "block" / name);
+  }
+  void Detach(const std::string& name, const std::string& devnum) {
+    fs::remove(root_ / "dev/block" / devnum);
+    fs::remove(root_ / "block" / name);
+    fs::remove_all(root_ / "devices/virtual/block" / name);
+  }
+  fs::path root_;
+};
+
+TEST_F(ReusedNumber, NewDeviceOnAnOldNumberGetsItsNewName) {
+  SysfsDeviceNamer namer(root_.string());
+  EXPECT_EQ(namer.NameOf(259, 3), std::nullopt);  // not there yet
+  Attach("nvme0n1p3", "259:3");
+  EXPECT_EQ(namer.NameOf(259, 3), "nvme0n1p3");   // resolved when first seen
+  Detach("nvme0n1p3", "259:3");
+  EXPECT_EQ(namer.NameOf(259, 3), std::nullopt);  // removed: its series disappear
+  Attach("nvme1n1", "259:3");
+  EXPECT_EQ(namer.NameOf(259, 3), "nvme1n1");     // reused number, new name
+}
+
+}  // namespace
+}  // namespace mergewatch
