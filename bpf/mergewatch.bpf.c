@@ -61,6 +61,7 @@ struct plug_flush {
 	__u64 queue;
 	__u64 task;
 	__u64 last_rq;
+	__u64 run_start_sector;
 	__u64 run_end_sector;
 	__u32 remaining;
 	__u32 last_op;
@@ -121,9 +122,15 @@ static __always_inline void hist_add(__u64 *slots, __u64 *sum, __u64 value, __u3
 }
 
 /*
- * A request that is contiguous with the previous request of the same plug flush,
- * same operation, and that would still fit the queue's limits merged into the run
- * before it: nomerges (or a bio that refused merging) kept them apart.
+ * A request that is contiguous with the run of requests before it in the same plug
+ * flush, same operation, and that would still fit the queue's limits merged into that
+ * run: nomerges (or a bio that refused merging) kept them apart.
+ *
+ * Runs grow in either direction: older kernels keep the plug list LIFO
+ * (blk_add_rq_to_plug() pushes at the head), so a flush dispatches a sequential stream
+ * in descending sector order (reported in axboe/liburing#1000, Nov 2023; later kernels,
+ * like this host's 6.18, flush in submission order). Which release changed it is not
+ * pinned down here; accepting both directions makes the answer irrelevant.
  */
 static __always_inline bool missed_merge(struct request *rq, __u32 op, __u32 sectors)
 {
@@ -148,17 +155,23 @@ static __always_inline bool missed_merge(struct request *rq, __u32 op, __u32 sec
 	segments = BPF_CORE_READ(rq, nr_phys_segments);
 	max_sectors = BPF_CORE_READ(q, limits.max_sectors);
 	max_segments = BPF_CORE_READ(q, limits.max_segments);
-	if (pf->last_rq && sector == pf->run_end_sector && op == pf->last_op &&
+	if (pf->last_rq && op == pf->last_op &&
+	    (sector == pf->run_end_sector || sector + sectors == pf->run_start_sector) &&
 	    pf->run_sectors + sectors <= max_sectors &&
 	    pf->run_segments + segments <= max_segments) {
 		missed = true;
 		pf->run_sectors += sectors;
 		pf->run_segments += segments;
+		if (sector == pf->run_end_sector)
+			pf->run_end_sector = sector + sectors;
+		else
+			pf->run_start_sector = sector;
 	} else {
 		pf->run_sectors = sectors;
 		pf->run_segments = segments;
+		pf->run_start_sector = sector;
+		pf->run_end_sector = sector + sectors;
 	}
-	pf->run_end_sector = sector + sectors;
 	pf->last_op = op;
 	pf->last_rq = (__u64)rq;
 	return missed;
