@@ -28,6 +28,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 const volatile __u32 targ_rq_arg = 0;        /* block_rq_insert/issue: (rq) or (q, rq) */
 const volatile __u32 targ_bio_merge_arg = 0; /* block_bio_*merge: (bio) or (q, rq, bio) */
 const volatile __u32 targ_bio_queue_arg = 0; /* block_bio_queue: (bio) or (q, bio) */
+const volatile __u32 targ_getrq_arg = 0;     /* block_getrq: (bio) or (q, bio, rw) */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
@@ -52,29 +53,26 @@ struct {
 } event_counts SEC(".maps");
 
 /*
- * The plug flush being dispatched on this CPU. block_unplug fires in
- * blk_mq_flush_plug_list() before the plugged requests are inserted (scheduler) or
- * issued (none), synchronously in the submitting task, so the next `remaining`
- * insert/issue events of that task on that queue are the flushed requests, in order.
+ * The newest request created on each queue that has not been dispatched yet. A bio that
+ * needs a new request (block_getrq) although it continues this one is a merge that was
+ * possible and did not happen: the two met while still mergeable, in a plug or in the
+ * scheduler's queue. Keyed by queue; LRU because queues come and go.
  */
-struct plug_flush {
-	__u64 queue;
-	__u64 task;
-	__u64 last_rq;
-	__u64 run_start_sector;
-	__u64 run_end_sector;
-	__u32 remaining;
-	__u32 last_op;
-	__u32 run_sectors;
+struct pending_request {
+	__u64 start_sector;
+	__u64 end_sector;
+	__u32 op;
+	__u32 issued;
+	__u32 run_sectors; /* the contiguous run merging could have built, so far */
 	__u32 run_segments;
 };
 
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct plug_flush);
-} plug_flushes SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u64);
+	__type(value, struct pending_request);
+} pending_requests SEC(".maps");
 
 /* Zero value for lookup-or-init: too large for the 512-byte BPF stack. */
 static const struct mw_dev_stats zero_stats;
@@ -115,82 +113,64 @@ static __always_inline void hist_add(__u64 *slots, __u64 *sum, __u64 value, __u3
 {
 	__u32 slot = mw_hist_slot(value, min_shift, nslots);
 
-	/* Re-checked bound: the verifier needs it for the variable index. */
+	/*
+	 * mw_hist_slot() already clamps, so clang drops a plain re-check; older verifiers
+	 * (6.1) cannot see through the clamp and reject the access as unbounded. The
+	 * barrier keeps the check in the program.
+	 */
+	barrier_var(slot);
 	if (slot < nslots)
 		slots[slot]++;
 	*sum += value;
 }
 
 /*
- * A request that is contiguous with the run of requests before it in the same plug
- * flush, same operation, and that would still fit the queue's limits merged into that
- * run: nomerges (or a bio that refused merging) kept them apart.
- *
- * Runs grow in either direction: older kernels keep the plug list LIFO
- * (blk_add_rq_to_plug() pushes at the head), so a flush dispatches a sequential stream
- * in descending sector order (reported in axboe/liburing#1000, Nov 2023; later kernels,
- * like this host's 6.18, flush in submission order). Which release changed it is not
- * pinned down here; accepting both directions makes the answer irrelevant.
+ * Called for each new request (block_getrq): true if the bio continues the pending
+ * request of its queue, same operation, and the run would still fit the queue's limits.
  */
-static __always_inline bool missed_merge(struct request *rq, __u32 op, __u32 sectors)
+static __always_inline bool missed_merge(struct bio *bio, struct request_queue *q, __u32 op)
 {
-	struct plug_flush *pf;
-	struct request_queue *q;
-	__u32 zero = 0, segments, max_sectors, max_segments;
-	__u64 sector;
-	bool missed = false;
+	struct pending_request *pending, fresh = {};
+	__u64 key = (__u64)q, sector;
+	__u32 sectors, segments;
 
-	pf = bpf_map_lookup_elem(&plug_flushes, &zero);
-	if (!pf || !pf->remaining)
-		return false;
-	q = BPF_CORE_READ(rq, q);
-	if (pf->queue != (__u64)q || pf->task != bpf_get_current_task())
-		return false;
-	/* Seen at insert already (scheduler path): the issue of it is no new request. */
-	if (pf->last_rq == (__u64)rq)
-		return false;
-	pf->remaining--;
-
-	sector = BPF_CORE_READ(rq, __sector);
-	segments = BPF_CORE_READ(rq, nr_phys_segments);
-	max_sectors = BPF_CORE_READ(q, limits.max_sectors);
-	max_segments = BPF_CORE_READ(q, limits.max_segments);
-	if (pf->last_rq && op == pf->last_op &&
-	    (sector == pf->run_end_sector || sector + sectors == pf->run_start_sector) &&
-	    pf->run_sectors + sectors <= max_sectors &&
-	    pf->run_segments + segments <= max_segments) {
-		missed = true;
-		pf->run_sectors += sectors;
-		pf->run_segments += segments;
-		if (sector == pf->run_end_sector)
-			pf->run_end_sector = sector + sectors;
-		else
-			pf->run_start_sector = sector;
-	} else {
-		pf->run_sectors = sectors;
-		pf->run_segments = segments;
-		pf->run_start_sector = sector;
-		pf->run_end_sector = sector + sectors;
+	sector = BPF_CORE_READ(bio, bi_iter.bi_sector);
+	sectors = BPF_CORE_READ(bio, bi_iter.bi_size) >> 9;
+	segments = BPF_CORE_READ(bio, bi_vcnt);
+	pending = bpf_map_lookup_elem(&pending_requests, &key);
+	if (pending && !pending->issued && pending->op == op && pending->end_sector == sector &&
+	    pending->run_sectors + sectors <= BPF_CORE_READ(q, limits.max_sectors) &&
+	    pending->run_segments + segments <= BPF_CORE_READ(q, limits.max_segments)) {
+		pending->start_sector = sector;
+		pending->end_sector = sector + sectors;
+		pending->run_sectors += sectors;
+		pending->run_segments += segments;
+		return true;
 	}
-	pf->last_op = op;
-	pf->last_rq = (__u64)rq;
-	return missed;
+	fresh.start_sector = sector;
+	fresh.end_sector = sector + sectors;
+	fresh.op = op;
+	fresh.run_sectors = sectors;
+	fresh.run_segments = segments;
+	bpf_map_update_elem(&pending_requests, &key, &fresh, BPF_ANY);
+	return false;
+}
+
+/* The pending request of its queue went to the driver: nothing can merge into it now. */
+static __always_inline void mark_dispatched(struct request *rq)
+{
+	struct pending_request *pending;
+	__u64 key = (__u64)BPF_CORE_READ(rq, q);
+
+	pending = bpf_map_lookup_elem(&pending_requests, &key);
+	if (pending && pending->start_sector == BPF_CORE_READ(rq, __sector))
+		pending->issued = 1;
 }
 
 static __always_inline int handle_rq_insert(struct request *rq)
 {
 	struct mw_inflight *inf, fresh = {};
 	__u64 key = (__u64)rq;
-	__u32 op, bytes;
-
-	op = BPF_CORE_READ(rq, cmd_flags) & MW_REQ_OP_MASK;
-	bytes = BPF_CORE_READ(rq, __data_len);
-	if (missed_merge(rq, op, bytes >> 9)) {
-		struct mw_dev_stats *stats = stats_for(mw_rq_disk(rq), op);
-
-		if (stats)
-			stats->missed_merges++;
-	}
 
 	inf = bpf_map_lookup_elem(&inflight, &key);
 	if (inf) {
@@ -217,8 +197,7 @@ static __always_inline int handle_rq_issue(struct request *rq)
 	if (!stats)
 		return 0;
 	hist_add(stats->size_slots, &stats->size_sum_bytes, bytes, MW_SIZE_MIN_SHIFT, MW_SIZE_SLOTS);
-	if (missed_merge(rq, op, bytes >> 9))
-		stats->missed_merges++;
+	mark_dispatched(rq);
 
 	now = bpf_ktime_get_ns();
 	inf = bpf_map_lookup_elem(&inflight, &key);
@@ -298,20 +277,20 @@ static __always_inline int handle_bio_queue(struct bio *bio)
 	return 0;
 }
 
-static __always_inline int handle_unplug(struct request_queue *q, __u32 depth)
+static __always_inline int handle_getrq(struct bio *bio)
 {
-	struct plug_flush *pf;
-	__u32 zero = 0;
+	struct gendisk *disk = mw_bio_disk(bio);
+	struct mw_dev_stats *stats;
+	__u32 op;
 
-	pf = bpf_map_lookup_elem(&plug_flushes, &zero);
-	if (!pf)
+	if (!disk)
 		return 0;
-	pf->queue = (__u64)q;
-	pf->task = bpf_get_current_task();
-	pf->remaining = depth;
-	pf->last_rq = 0;
-	pf->run_sectors = 0;
-	pf->run_segments = 0;
+	op = BPF_CORE_READ(bio, bi_opf) & MW_REQ_OP_MASK;
+	if (!missed_merge(bio, BPF_CORE_READ(disk, queue), op))
+		return 0;
+	stats = stats_for(disk, op);
+	if (stats)
+		stats->missed_merges++;
 	return 0;
 }
 
@@ -319,6 +298,7 @@ static __always_inline int handle_unplug(struct request_queue *q, __u32 depth)
 #define RQ_ARG(ctx) ((struct request *)(targ_rq_arg ? (ctx)[1] : (ctx)[0]))
 #define BIO_MERGE_ARG(ctx) ((struct bio *)(targ_bio_merge_arg ? (ctx)[2] : (ctx)[0]))
 #define BIO_QUEUE_ARG(ctx) ((struct bio *)(targ_bio_queue_arg ? (ctx)[1] : (ctx)[0]))
+#define GETRQ_ARG(ctx) ((struct bio *)(targ_getrq_arg ? (ctx)[1] : (ctx)[0]))
 
 /* tp_btf set */
 SEC("tp_btf/block_rq_insert")
@@ -340,8 +320,8 @@ int BPF_PROG(btf_bio_frontmerge) { return handle_bio_merge(BIO_MERGE_ARG(ctx), f
 SEC("tp_btf/block_bio_queue")
 int BPF_PROG(btf_bio_queue) { return handle_bio_queue(BIO_QUEUE_ARG(ctx)); }
 
-SEC("tp_btf/block_unplug")
-int BPF_PROG(btf_unplug) { return handle_unplug((void *)ctx[0], (__u32)ctx[1]); }
+SEC("tp_btf/block_getrq")
+int BPF_PROG(btf_getrq) { return handle_getrq(GETRQ_ARG(ctx)); }
 
 /* raw_tp fallback set: same handlers, untyped arguments */
 SEC("raw_tp/block_rq_insert")
@@ -362,5 +342,5 @@ int raw_bio_frontmerge(__u64 *ctx) { return handle_bio_merge(BIO_MERGE_ARG(ctx),
 SEC("raw_tp/block_bio_queue")
 int raw_bio_queue(__u64 *ctx) { return handle_bio_queue(BIO_QUEUE_ARG(ctx)); }
 
-SEC("raw_tp/block_unplug")
-int raw_unplug(__u64 *ctx) { return handle_unplug((void *)ctx[0], (__u32)ctx[1]); }
+SEC("raw_tp/block_getrq")
+int raw_getrq(__u64 *ctx) { return handle_getrq(GETRQ_ARG(ctx)); }

@@ -91,6 +91,7 @@ bool ReadTracepointLayout(const std::string& btf_path, TracepointLayout* layout,
   int rq = TracepointArity(btf, "block_rq_issue");
   int merge = TracepointArity(btf, "block_bio_backmerge");
   int queue = TracepointArity(btf, "block_bio_queue");
+  int getrq = TracepointArity(btf, "block_getrq");
   if (rq < 0) {
     btf__free(btf);
     *error = btf_path + " has no btf_trace_block_rq_issue: not the BTF of a kernel with block tracepoints";
@@ -99,8 +100,9 @@ bool ReadTracepointLayout(const std::string& btf_path, TracepointLayout* layout,
   layout->rq_arg = rq >= 2 ? 1 : 0;
   layout->bio_merge_arg = merge >= 3 ? 2 : 0;
   layout->bio_queue_arg = queue >= 2 ? 1 : 0;
+  layout->getrq_arg = getrq >= 2 ? 1 : 0;
   for (const char* tp : {"block_rq_insert", "block_rq_issue", "block_rq_complete", "block_bio_backmerge",
-                         "block_bio_frontmerge", "block_bio_queue", "block_unplug"}) {
+                         "block_bio_frontmerge", "block_bio_queue", "block_getrq"}) {
     if (TracepointArity(btf, tp) < 0) layout->missing.push_back(tp);
   }
   btf__free(btf);
@@ -140,6 +142,7 @@ std::unique_ptr<BpfProbes> BpfProbes::Load(const ProbeOptions& options, ProbeErr
     probes->skel_->rodata->targ_rq_arg = layout.rq_arg;
     probes->skel_->rodata->targ_bio_merge_arg = layout.bio_merge_arg;
     probes->skel_->rodata->targ_bio_queue_arg = layout.bio_queue_arg;
+    probes->skel_->rodata->targ_getrq_arg = layout.getrq_arg;
     bpf_map__set_max_entries(probes->skel_->maps.inflight, options.inflight_entries);
 
     struct bpf_program* prog;

@@ -28,6 +28,7 @@ struct TracepointLayout {
   uint32_t rq_arg = 0;         // block_rq_insert/issue: 0 for (rq), 1 for (q, rq)
   uint32_t bio_merge_arg = 0;  // block_bio_backmerge: 0 for (bio), 2 for (q, rq, bio)
   uint32_t bio_queue_arg = 0;  // block_bio_queue: 0 for (bio), 1 for (q, bio)
+  uint32_t getrq_arg = 0;      // block_getrq: 0 for (bio), 1 for (q, bio, rw)
   std::vector<std::string> missing;  // tracepoints the kernel does not have
 };
 

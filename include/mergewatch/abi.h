@@ -63,9 +63,9 @@ struct mw_dev_stats {
 	__u64 back_merges;
 	__u64 front_merges;
 	/*
-	 * Requests that went down separately although they were contiguous with the request
-	 * flushed just before them from the same plug and would have fit the queue's limits
-	 * together: a merge that was possible and did not happen.
+	 * New requests (block_getrq) for bios that continued the queue's newest request while
+	 * it was still undispatched (in a plug or the scheduler) and would have fit the
+	 * queue's limits merged with it: a merge that was possible and did not happen.
 	 */
 	__u64 missed_merges;
 	/* block_bio_queue on bio-based devices (dm, md): bytes per bio the device received */
