@@ -112,6 +112,10 @@ std::vector<CollapseEvent> CollapseDetector::Update(TimePoint now, const Snapsho
     DiskState state = disks_.count(name) ? disks_.at(name) : DiskState{};
     state.evidence = Evaluate(name, delta, seconds, deltas, topology);
     state.condition = seconds > 0 && Condition(state.evidence);
+    // The alert's upper label stays put while raised, and otherwise follows the upper
+    // device that last showed bios: a label that flips would end one series and start another.
+    if (!state.raised && (state.evidence.upper_mean_bio_bytes > 0 || state.upper.empty()))
+      state.upper = state.evidence.upper;
     if (state.condition) {
       state.has_healthy_since = false;
       if (!state.has_condition_since) {
@@ -120,7 +124,8 @@ std::vector<CollapseEvent> CollapseDetector::Update(TimePoint now, const Snapsho
       }
       if (!state.raised && now - state.condition_since >= policy_.raise_after) {
         state.raised = true;
-        events.push_back({true, name, state.evidence.upper, Describe(true, name, state.evidence, topology)});
+        state.upper = state.evidence.upper;
+        events.push_back({true, name, state.upper, Describe(true, name, state.evidence, topology)});
       }
     } else {
       state.has_condition_since = false;
@@ -132,7 +137,7 @@ std::vector<CollapseEvent> CollapseDetector::Update(TimePoint now, const Snapsho
         if (now - state.healthy_since >= policy_.clear_after) {
           state.raised = false;
           state.has_healthy_since = false;
-          events.push_back({false, name, state.evidence.upper, Describe(false, name, state.evidence, topology)});
+          events.push_back({false, name, state.upper, Describe(false, name, state.evidence, topology)});
         }
       }
     }
@@ -141,7 +146,7 @@ std::vector<CollapseEvent> CollapseDetector::Update(TimePoint now, const Snapsho
   // A disk that disappeared takes its state with it: nothing stays raised for a ghost.
   for (const auto& [name, state] : disks_) {
     if (state.raised && !next.count(name))
-      events.push_back({false, name, state.evidence.upper, "merge collapse cleared on " + name + ": device removed"});
+      events.push_back({false, name, state.upper, "merge collapse cleared on " + name + ": device removed"});
   }
   disks_ = std::move(next);
   return events;
@@ -174,7 +179,11 @@ CollapseEvidence CollapseDetector::Evaluate(const std::string& disk, const Total
     double mean = it != deltas.end() ? Ratio(static_cast<double>(it->second.bio_bytes),
                                              static_cast<double>(it->second.bios))
                                      : 0;
-    if (e.upper.empty() || mean > e.upper_mean_bio_bytes) {
+    // With no bios anywhere (yet), name the top of the stack rather than a layer inside it.
+    const bool on_top = device->holders.empty();
+    const BlockDevice* chosen = e.upper.empty() ? nullptr : topology.FindByName(e.upper);
+    if (e.upper.empty() || mean > e.upper_mean_bio_bytes ||
+        (mean == e.upper_mean_bio_bytes && on_top && chosen != nullptr && !chosen->holders.empty())) {
       e.upper = upper;
       e.upper_mean_bio_bytes = mean;
     }
@@ -228,7 +237,8 @@ std::string CollapseDetector::Describe(bool onset, const std::string& disk, cons
 
 std::vector<DiskVerdict> CollapseDetector::Verdicts() const {
   std::vector<DiskVerdict> out;
-  for (const auto& [name, state] : disks_) out.push_back({name, state.condition, state.raised, state.evidence});
+  for (const auto& [name, state] : disks_)
+    out.push_back({name, state.condition, state.raised, state.upper, state.evidence});
   return out;
 }
 

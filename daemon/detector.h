@@ -59,6 +59,7 @@ struct DiskVerdict {
   std::string device;
   bool condition = false;  // the collapse pattern holds over the current window
   bool raised = false;     // after hysteresis: what the alert shows
+  std::string upper;       // the alert's upper label: fixed while raised
   CollapseEvidence evidence;
 };
 
@@ -97,6 +98,7 @@ class CollapseDetector {
     TimePoint healthy_since{};
     bool has_condition_since = false;
     bool has_healthy_since = false;
+    std::string upper;
     CollapseEvidence evidence;
   };
 

@@ -84,7 +84,7 @@ std::vector<MetricFamily> CollapseFamilies(const std::vector<DiskVerdict>& verdi
                                    "Mean size of the bios the upper device received over the window.");
   for (const DiskVerdict& v : verdicts) {
     const CollapseEvidence& e = v.evidence;
-    AddGauge(&collapse, {{"device", v.device}, {"upper", e.upper}}, v.raised ? 1 : 0);
+    AddGauge(&collapse, {{"device", v.device}, {"upper", v.upper}}, v.raised ? 1 : 0);
     AddGauge(&condition, {{"device", v.device}}, v.condition ? 1 : 0);
     AddGauge(&rate, {{"device", v.device}}, e.requests_per_second);
     AddGauge(&small, {{"device", v.device}}, e.small_share);

@@ -182,6 +182,18 @@ TEST(CollapseDetector, RequiresTheDmDeviceOnTopByDefault) {
   EXPECT_EQ(events[0].upper, "dm-3");
   EXPECT_NE(events[0].message.find("under dm-3"), std::string::npos) << events[0].message;
   EXPECT_NE(events[0].message.find("echo 0 > /sys/block/nvme1n1/queue/nomerges"), std::string::npos);
+
+  // After the read the window drains; the raised verdict keeps naming dm-3.
+  stacked.Run(8, Load{});
+  EXPECT_TRUE(stacked.Raised());
+  EXPECT_EQ(stacked.Verdict().upper, "dm-3");
+}
+
+TEST(CollapseDetector, NamesTheTopOfTheStackBeforeAnyBioWasSeen) {
+  CollapsePolicy policy;
+  Feeder f(policy, SnapshotStack(2), kNvmeMajor, 0);
+  f.Run(3, Load{10, 4096, 0, 0, 0, 0});
+  EXPECT_EQ(f.Verdict().upper, "dm-3");
 }
 
 TEST(CollapseDetector, DmDevicePassingSmallBiosThroughIsNotTheSnapshotPattern) {

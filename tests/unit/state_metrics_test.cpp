@@ -27,7 +27,7 @@ TEST(CollapseFamilies, ExportTheVerdictAndItsEvidence) {
   DiskVerdict v;
   v.device = "nvme1n1";
   v.condition = v.raised = true;
-  v.evidence.upper = "dm-3";
+  v.upper = v.evidence.upper = "dm-3";
   v.evidence.small_share = 1;
   v.evidence.upper_mean_bio_bytes = 262144;
   const std::string text = Text(CollapseFamilies({v}));

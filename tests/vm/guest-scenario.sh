@@ -1,0 +1,304 @@
+#!/bin/bash
+# Guest side of the VM test: the 2019 "LVM snapshot on NVMe, nomerges=2" incident.
+# Run by guest-init.sh inside the VM (never on the host: it pvcreates /dev/nvme0n1).
+#
+# Builds: nvme0n1 -> PV -> VG vg0 -> LV origin (ext4, 4 KiB blocks, one file
+# of MW_FILE_MB MiB per case) -> snapshot LV snap (default 4 KiB chunk),
+# snap mounted ro on /mnt/snap, origin mounted ro on /mnt/origin.
+# Then, per case: set nvme0n1 nomerges, drop caches, read, and record
+#   case-<name>.stat.before/.after  every /sys/block/*/stat (name maj:min fields...)
+#   case-<name>.diskstats           per-device read/write deltas
+#   case-<name>.topology.txt        dm names, maj:min, slaves/holders, dm tables
+#   case-<name>.{before,after,settled}.prom   /metrics scrapes (with a daemon)
+#   case-<name>.bt.txt              bpftrace event census (MW_BPFTRACE=1)
+#   case-<name>.fio.txt             fio output (random-read cases)
+# and a "RESULT ..." line per case and device in results.txt and on the console.
+#
+# Environment (from /vmout/guest.env, written by run-vm.sh):
+#   MW_OUT            output dir (9p share to the host), default /vmout
+#   MW_CASES          space-separated name:nomerges:kind:mount[:scheduler], kind seq|rand,
+#                     mount snap|origin, scheduler of nvme0n1 (default none)
+#   MW_FILE_MB        size of each file (64)
+#   MW_READER         seq reader: cat (default, like the incident) or dd (bs=1M)
+#   MW_FIO_IO_SIZE    bytes of random 4 KiB reads per rand case (16m)
+#   MW_DAEMON         daemon binary (host path); empty = no daemon, diskstats only
+#   MW_DAEMON_ARGS    extra daemon arguments (word-split)
+#   MW_METRICS_URL    daemon's /metrics URL on the guest loopback
+#   MW_DAEMON_READY_TIMEOUT  seconds to wait for the first scrape (60)
+#   MW_DETECT_WAIT    seconds to wait after each read before the last scrape (12; 0 without daemon)
+#   MW_BPFTRACE       1 = run blk-events.bt around every case
+#   MW_IO_TIMEOUT     bound on each case's I/O command, seconds (120)
+set -euo pipefail
+
+OUT=${MW_OUT:-/vmout}
+HERE=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
+CASES=${MW_CASES:-"snap-nm2:2:seq:snap snap-nm0:0:seq:snap snap-rand-nm2:2:rand:snap origin-nm2:2:seq:origin"}
+FILE_MB=${MW_FILE_MB:-64}
+READER=${MW_READER:-cat}
+FIO_IO_SIZE=${MW_FIO_IO_SIZE:-16m}
+DAEMON=${MW_DAEMON:-}
+DAEMON_ARGS=${MW_DAEMON_ARGS:-}
+METRICS_URL=${MW_METRICS_URL:-}
+READY_TIMEOUT=${MW_DAEMON_READY_TIMEOUT:-60}
+DETECT_WAIT=${MW_DETECT_WAIT:-12}
+BPFTRACE=${MW_BPFTRACE:-0}
+IO_TIMEOUT=${MW_IO_TIMEOUT:-120}
+DISK=nvme0n1
+VG=vg0
+
+[ -n "$DAEMON" ] || DETECT_WAIT=0
+
+now() { cut -d' ' -f1 /proc/uptime; }
+log() { printf '[%8s] %s\n' "$(now)" "$*"; }
+die() { log "FAIL: $*"; exit 1; }
+trap 'rc=$?; log "FAIL: line $LINENO: $BASH_COMMAND (exit $rc)"' ERR
+
+daemon_pid=
+bt_pid=
+cleanup() {
+	[ -n "$bt_pid" ] && kill -INT "$bt_pid" 2>/dev/null || true
+	[ -n "$daemon_pid" ] && kill -TERM "$daemon_pid" 2>/dev/null || true
+}
+trap cleanup EXIT
+
+# wait_for SECONDS DESCRIPTION COMMAND...: poll COMMAND every 0.2 s.
+wait_for() {
+	local limit=$1 what=$2 end
+	shift 2
+	end=$(( $(date +%s) + limit ))
+	until "$@"; do
+		[ "$(date +%s)" -lt "$end" ] || { log "timed out after ${limit}s waiting for $what"; return 1; }
+		sleep 0.2
+	done
+}
+
+# ------------------------------------------------------------------ helpers
+scrape() {	# scrape FILE
+	curl -fsS --max-time 10 -o "$1" "$METRICS_URL"
+}
+
+# Shell builtins only in the per-case helpers: every fork costs ~10 ms under TCG.
+stat_snapshot() {	# every block device: name maj:min <stat fields>
+	local d devno st
+	for d in /sys/block/*; do
+		read -r devno < "$d/dev"
+		read -r st < "$d/stat"
+		printf '%s %s %s\n' "${d##*/}" "$devno" "$st"
+	done
+}
+
+dm_name() {	# dm name of a /sys/block entry, or -
+	local n=-
+	[ -r "/sys/block/$1/dm/name" ] && read -r n < "/sys/block/$1/dm/name"
+	printf '%s\n' "$n"
+}
+
+# diskstats_delta BEFORE AFTER CASE: one line per device whose counters moved.
+diskstats_delta() {
+	local name devno rest dm
+	awk -v c="$3" '
+	NR == FNR { for (i = 3; i <= NF; i++) b[$1, i] = $i; next }
+	{
+		r = $3 - b[$1, 3]; rm = $4 - b[$1, 4]; rs = $5 - b[$1, 5]
+		w = $7 - b[$1, 7]; ws = $9 - b[$1, 9]
+		if (r == 0 && w == 0) next
+		printf "%s %s reads=%d rd_merges=%d rd_sectors=%d avg_rd_sectors=%.1f writes=%d wr_sectors=%d\n",
+			$1, $2, r, rm, rs, (r ? rs / r : 0), w, ws
+	}' "$1" "$2" |
+	while read -r name devno rest; do
+		dm=$(dm_name "$name")
+		printf 'RESULT case=%s dev=%s devno=%s dm=%s %s\n' "$3" "$name" "$devno" "$dm" "$rest"
+	done
+}
+
+topology() {
+	local d n devno sl ho
+	echo "# name maj:min dm-name slaves holders"
+	for d in /sys/block/*; do
+		n=${d##*/}
+		read -r devno < "$d/dev"
+		sl=$(cd "$d/slaves" && echo *); ho=$(cd "$d/holders" && echo *)
+		[ "$sl" = '*' ] && sl=; [ "$ho" = '*' ] && ho=
+		printf '%s %s %s slaves=%s holders=%s\n' "$n" "$devno" "$(dm_name "$n")" "${sl// /,}" "${ho// /,}"
+	done
+	echo "# ls -l /sys/block/*/holders"
+	ls -l /sys/block/*/holders
+	echo "# dmsetup table"
+	dmsetup table
+	echo "# queue/$DISK"
+	grep . /sys/block/$DISK/queue/{nomerges,scheduler,max_sectors_kb,max_hw_sectors_kb,max_segments,read_ahead_kb}
+}
+
+bt_start() {	# bt_start OUTFILE
+	log "starting bpftrace"
+	bpftrace "$HERE/blk-events.bt" > "$1" 2> "${1%.txt}.err" &
+	bt_pid=$!
+	wait_for 120 "bpftrace READY" grep -q MW-BT-READY "$1" ||
+		{ cat "${1%.txt}.err"; die "bpftrace did not start"; }
+	log "bpftrace ready"
+}
+
+bt_stop() {	# bt_stop OUTFILE
+	kill -INT "$bt_pid"
+	wait_for 60 "bpftrace exit" bash -c "! kill -0 $bt_pid 2>/dev/null" || die "bpftrace did not stop"
+	wait "$bt_pid" || true
+	bt_pid=
+	grep -q MW-BT-END "$1" || { cat "${1%.txt}.err"; die "bpftrace output incomplete"; }
+}
+
+# One daemon per case, so that a verdict raised in one case (it clears only after
+# --collapse.clear-after) cannot leak into the next; its log is the case's daemon log.
+daemon_log=$OUT/daemon.log
+daemon_start() {	# daemon_start LOGFILE
+	daemon_log=$1
+	[ -x "$DAEMON" ] || die "daemon $DAEMON is not executable in the guest"
+	[ -n "$METRICS_URL" ] || die "MW_METRICS_URL is empty"
+	log "starting daemon: $DAEMON $DAEMON_ARGS"
+	# shellcheck disable=SC2086  # MW_DAEMON_ARGS is a word list on purpose
+	"$DAEMON" $DAEMON_ARGS > "$daemon_log" 2>&1 &
+	daemon_pid=$!
+	daemon_up() {
+		kill -0 "$daemon_pid" 2>/dev/null || { tail -n 40 "$daemon_log"; die "daemon exited during start-up"; }
+		grep -q 'msg="ready:' "$daemon_log" && scrape "$OUT/daemon.ready.prom" 2>/dev/null
+	}
+	wait_for "$READY_TIMEOUT" "daemon /metrics at $METRICS_URL" daemon_up ||
+		{ tail -n 40 "$daemon_log"; die "daemon not serving /metrics"; }
+	log "daemon serving $METRICS_URL"
+}
+
+daemon_stop() {
+	local rc=0
+	log "stopping daemon (SIGTERM)"
+	kill -TERM "$daemon_pid"
+	if ! wait_for 20 "daemon exit" bash -c "! kill -0 $daemon_pid 2>/dev/null"; then
+		kill -KILL "$daemon_pid" 2>/dev/null || true
+		die "daemon ignored SIGTERM for 20 s"
+	fi
+	wait "$daemon_pid" || rc=$?
+	daemon_pid=
+	echo "$rc" > "$OUT/daemon.exit"
+	[ "$rc" -eq 0 ] || { tail -n 40 "$daemon_log"; die "daemon exit status $rc"; }
+}
+
+# Lines saying which attach mode the daemon chose (log or metrics), for the run summary.
+attach_mode() {
+	{
+		grep -i 'attach' "$daemon_log" | sed 's/^/log: /' || true
+		grep -hi 'attach' "$OUT"/daemon.ready.prom | grep -v '^#' | sed 's/^/metric: /' || true
+	} | sed "s/^/ATTACH kernel=$(uname -r) /" | tee "$OUT/attach-mode.txt"
+	[ -s "$OUT/attach-mode.txt" ] || log "WARNING: daemon reported no attach mode (no 'attach' in its log or metrics)"
+}
+
+# ------------------------------------------------------------------ start
+log "guest $(uname -r), $(nproc) CPUs, $(awk '/MemTotal/ {print $2 " kB"}' /proc/meminfo); cases: $CASES"
+: > "$OUT/results.txt"
+
+# Loopback: the daemon listens on 127.0.0.1 and we scrape it there.
+ip link set lo up
+mkdir -p /tmp/lo-check && echo loopback-ok > /tmp/lo-check/probe
+busybox httpd -f -p 127.0.0.1:18099 -h /tmp/lo-check &
+lo_pid=$!
+wait_for 10 "loopback http" curl -fsS --max-time 2 -o /tmp/lo-check/got http://127.0.0.1:18099/probe ||
+	die "loopback HTTP check failed"
+kill "$lo_pid"; wait "$lo_pid" 2>/dev/null || true
+grep -q loopback-ok /tmp/lo-check/got || die "loopback HTTP returned the wrong body"
+log "loopback ok (curl -> busybox httpd on 127.0.0.1)"
+
+modprobe -a nvme dm-mod dm-snapshot ext4
+wait_for 30 "/dev/$DISK" test -b /dev/$DISK || die "no /dev/$DISK"
+log "modules loaded: $(lsmod | awk 'NR > 1 && $1 ~ /^(nvme|dm_mod|dm_snapshot|ext4)$/ { printf "%s ", $1 }')"
+
+# ------------------------------------------------------------------ LVM + ext4
+# No udev in the guest: lvm creates /dev nodes itself; no dmeventd.
+export DM_DISABLE_UDEV=1 LVM_SUPPRESS_FD_WARNINGS=1
+LVM_CONFIG='activation { monitoring = 0 udev_sync = 0 udev_rules = 0 } devices { obtain_device_list_from_udev = 0 use_devicesfile = 0 }'
+lvm_() { lvm "$1" --config "$LVM_CONFIG" "${@:2}"; }
+
+ncases=0
+for c in $CASES; do ncases=$((ncases + 1)); done
+origin_mb=$(( ncases * FILE_MB + 128 ))
+
+lvm_ pvcreate -q -y -ff /dev/$DISK
+lvm_ vgcreate -q $VG /dev/$DISK
+lvm_ lvcreate -q -y -L "${origin_mb}M" -n origin $VG
+mkfs.ext4 -q -F -b 4096 -E lazy_itable_init=0,lazy_journal_init=0 /dev/$VG/origin
+mkdir -p /mnt/origin /mnt/snap
+mount /dev/$VG/origin /mnt/origin
+for c in $CASES; do
+	dd if=/dev/zero of="/mnt/origin/${c%%:*}.dat" bs=1M count="$FILE_MB" conv=fsync status=none
+done
+umount /mnt/origin
+log "origin LV ${origin_mb} MiB, ext4 4 KiB blocks, $ncases x ${FILE_MB} MiB files written"
+
+lvm_ lvcreate -q -y -s -n snap -l 100%ORIGIN $VG/origin     # default chunk size
+chunk=$(dmsetup table $VG-snap | awk '$3 == "snapshot" { print $NF }')
+[ "$chunk" = 8 ] || die "snapshot chunk is '$chunk' sectors, expected the 4 KiB default (8)"
+mount -o ro /dev/$VG/snap /mnt/snap
+mount -o ro /dev/$VG/origin /mnt/origin
+log "snapshot $VG/snap (chunk $chunk sectors) on /mnt/snap, origin on /mnt/origin, both ro"
+topology > "$OUT/topology.txt"
+
+
+# ------------------------------------------------------------------ cases
+run_case() {	# run_case NAME NOMERGES KIND MOUNT SCHEDULER
+	local name=$1 nm=$2 kind=$3 where=$4 sched=${5:-none} p="$OUT/case-$1" file t0 t1
+	file=/mnt/$where/$name.dat
+	[ -f "$file" ] || die "case $name: no file $file"
+	log "case $name: nomerges=$nm scheduler=$sched $kind read of $file"
+
+	echo "$nm" > /sys/block/$DISK/queue/nomerges
+	[ "$(cat /sys/block/$DISK/queue/nomerges)" = "$nm" ] || die "nomerges did not stick"
+	echo "$sched" > /sys/block/$DISK/queue/scheduler
+	grep -q "\[$sched\]" /sys/block/$DISK/queue/scheduler || die "scheduler $sched did not stick"
+	topology > "$p.topology.txt"
+	sync
+	echo 3 > /proc/sys/vm/drop_caches
+
+	if [ -n "$DAEMON" ]; then
+		daemon_start "$p.daemon.log"
+		[ -s "$OUT/attach-mode.txt" ] || attach_mode
+		scrape "$p.before.prom"
+	fi
+	[ "$BPFTRACE" = 1 ] && bt_start "$p.bt.txt"
+	stat_snapshot > "$p.stat.before"
+	t0=$(now)
+	case "$kind" in
+	seq)
+		if [ "$READER" = dd ]; then
+			timeout "$IO_TIMEOUT" dd if="$file" of=/dev/null bs=1M status=none
+		else
+			timeout "$IO_TIMEOUT" cat "$file" > /dev/null
+		fi ;;
+	rand)
+		timeout "$IO_TIMEOUT" fio --name="$name" --filename="$file" --readonly --thread \
+			--direct=1 --rw=randread --bs=4k --ioengine=libaio --iodepth=32 \
+			--size="${FILE_MB}m" --io_size="$FIO_IO_SIZE" --randseed=4242 \
+			--output="$p.fio.txt" ;;
+	*) die "case $name: unknown kind $kind" ;;
+	esac
+	t1=$(now)
+	stat_snapshot > "$p.stat.after"
+	[ "$BPFTRACE" = 1 ] && bt_stop "$p.bt.txt"
+	[ -n "$DAEMON" ] && scrape "$p.after.prom"
+	if [ "$DETECT_WAIT" != 0 ]; then
+		sleep "$DETECT_WAIT"
+		scrape "$p.settled.prom"
+	fi
+	diskstats_delta "$p.stat.before" "$p.stat.after" "$name" > "$p.diskstats"
+	awk -v t="$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" \
+		'{ print $0 " io_seconds=" t }' "$p.diskstats" | tee -a "$OUT/results.txt"
+	if [ -n "$DAEMON" ]; then
+		kill -0 "$daemon_pid" 2>/dev/null || die "daemon died during case $name"
+		daemon_stop
+	fi
+	return 0
+}
+
+for c in $CASES; do
+	IFS=: read -r cname cnm ckind cwhere csched <<< "$c"
+	run_case "$cname" "$cnm" "$ckind" "$cwhere" "$csched"
+done
+
+echo 0 > /sys/block/$DISK/queue/nomerges
+umount /mnt/snap /mnt/origin
+log "scenario done"

@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# Boot Debian's 6.1 kernel under qemu (TCG) with an emulated NVMe disk and run
+# tests/vm/guest-scenario.sh in it. Needs tests/vm/setup.sh to have run.
+#
+#   tests/vm/run-vm.sh [options]
+#     --out DIR            results dir (default build/vm/run-<timestamp>); the guest writes
+#                          into it over 9p. Reused only if it holds an earlier run's marker.
+#     --daemon PATH        mergewatchd built on the host (run in the guest at the same path)
+#     --daemon-args ARGS   extra daemon arguments, one string, word-split in the guest
+#     --metrics-url URL    daemon /metrics inside the guest (required with --daemon)
+#     --detect-wait SEC    wait after each read before the last scrape (default 12)
+#     --cases "SPEC..."    name:nomerges:seq|rand:snap|origin[:scheduler] ... (default: the
+#                          four issue cases, scheduler none)
+#     --file-mb N          size of each test file in MiB (default 64)
+#     --reader cat|dd      sequential reader (default cat)
+#     --bpftrace           run tests/vm/blk-events.bt around every case (slow start)
+#     --timeout SEC        bound on the whole qemu run (default 270, 600 with --bpftrace)
+#     --smp N --mem MiB    guest size (default 2, 2048)
+#     -v, --verbose        stream the guest console while it runs
+# Every option also reads an environment variable: MW_VM_OUT, MW_VM_DAEMON,
+# MW_VM_DAEMON_ARGS, MW_VM_METRICS_URL, MW_VM_DETECT_WAIT, MW_VM_CASES,
+# MW_VM_FILE_MB, MW_VM_READER, MW_VM_BPFTRACE=1, MW_VM_TIMEOUT, MW_VM_SMP, MW_VM_MEM;
+# MW_VM_DIR is setup.sh's build dir (default <repo>/build/vm).
+#
+# Exit status: the guest scenario's status; 124 = qemu timed out; 125 = the
+# guest wrote no status (boot or init failure). On failure the tail of the
+# guest log is printed; 2 = bad arguments or setup.sh not run. Results:
+# DIR/{console.log,guest.log,results.txt,case-*}.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+vmdir=${MW_VM_DIR:-"$repo/build/vm"}
+
+out=${MW_VM_OUT:-}
+daemon=${MW_VM_DAEMON:-}
+daemon_args=${MW_VM_DAEMON_ARGS:-}
+metrics_url=${MW_VM_METRICS_URL:-}
+detect_wait=${MW_VM_DETECT_WAIT:-12}
+cases=${MW_VM_CASES:-}
+file_mb=${MW_VM_FILE_MB:-64}
+reader=${MW_VM_READER:-cat}
+bpftrace=${MW_VM_BPFTRACE:-0}
+timeout_s=${MW_VM_TIMEOUT:-}
+smp=${MW_VM_SMP:-2}
+mem=${MW_VM_MEM:-2048}
+verbose=0
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d'; }
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--out) out=$2; shift 2 ;;
+	--daemon) daemon=$2; shift 2 ;;
+	--daemon-args) daemon_args=$2; shift 2 ;;
+	--metrics-url) metrics_url=$2; shift 2 ;;
+	--detect-wait) detect_wait=$2; shift 2 ;;
+	--cases) cases=$2; shift 2 ;;
+	--file-mb) file_mb=$2; shift 2 ;;
+	--reader) reader=$2; shift 2 ;;
+	--bpftrace) bpftrace=1; shift ;;
+	--timeout) timeout_s=$2; shift 2 ;;
+	--smp) smp=$2; shift 2 ;;
+	--mem) mem=$2; shift 2 ;;
+	-v|--verbose) verbose=1; shift ;;
+	-h|--help) usage; exit 0 ;;
+	*) echo "run-vm.sh: unknown argument: $1 (see --help)" >&2; exit 2 ;;
+	esac
+done
+
+say() { printf 'run-vm: %s\n' "$*"; }
+die() { printf 'run-vm: ERROR: %s\n' "$*" >&2; exit 2; }
+
+[ "$(id -u)" -eq 0 ] || die "must run as root (the guest reads the host's root over 9p)"
+[ -f "$vmdir/vm.env" ] || die "$vmdir/vm.env missing: run tests/vm/setup.sh first"
+# shellcheck source=/dev/null
+. "$vmdir/vm.env"
+for f in "$VMLINUZ" "$INITRD"; do [ -f "$f" ] || die "$f missing: run tests/vm/setup.sh"; done
+[ -d "$MODDIR" ] || die "$MODDIR missing: run tests/vm/setup.sh"
+command -v qemu-system-x86_64 > /dev/null || die "qemu-system-x86_64 missing: run tests/vm/setup.sh"
+
+if [ -n "$daemon" ]; then
+	daemon=$(readlink -f "$daemon")
+	[ -x "$daemon" ] || die "daemon '$daemon' is not an executable file"
+	# The guest sees the host's / except these, which it mounts afresh.
+	case "$daemon" in
+	/tmp/*|/run/*|/dev/*|/proc/*|/sys/*) die "daemon '$daemon' is under a path the guest mounts afresh; build it elsewhere" ;;
+	esac
+	[ -n "$metrics_url" ] || die "--metrics-url is required with --daemon (the daemon's listen address in the guest)"
+fi
+[ -n "$timeout_s" ] || { [ "$bpftrace" = 1 ] && timeout_s=600 || timeout_s=270; }
+
+# ------------------------------------------------------------------ run dir
+[ -n "$out" ] || out="$vmdir/run-$(date +%Y%m%d-%H%M%S)"
+if [ -e "$out" ]; then
+	[ -d "$out" ] && [ -f "$out/.mw-vm-run" ] ||
+		die "$out exists and is not an earlier run dir (no .mw-vm-run marker); not touching it"
+	find "$out" -mindepth 1 -delete
+fi
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+touch "$out/.mw-vm-run"
+
+# The guest sources this with bash: printf %q keeps every value one word.
+{
+	printf 'MW_DAEMON=%q\n' "$daemon"
+	printf 'MW_DAEMON_ARGS=%q\n' "$daemon_args"
+	printf 'MW_METRICS_URL=%q\n' "$metrics_url"
+	printf 'MW_DETECT_WAIT=%q\n' "$detect_wait"
+	[ -n "$cases" ] && printf 'MW_CASES=%q\n' "$cases"
+	printf 'MW_FILE_MB=%q\n' "$file_mb"
+	printf 'MW_READER=%q\n' "$reader"
+	printf 'MW_BPFTRACE=%q\n' "$bpftrace"
+} > "$out/guest.env"
+
+disk=$(mktemp "$vmdir/nvme-XXXXXX.img")
+truncate -s 2G "$disk"      # sparse; deleted on exit
+
+qpid=
+tailpid=
+cleanup() {
+	[ -n "$qpid" ] && kill "$qpid" 2>/dev/null && wait "$qpid" 2>/dev/null
+	[ -n "$tailpid" ] && kill "$tailpid" 2>/dev/null
+	rm -f "$disk"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+say "kernel $KVER, out $out, timeout ${timeout_s}s, daemon ${daemon:-none}, bpftrace $bpftrace"
+start=$(date +%s.%N)
+# TCG only: KVM does not work on this host kind (see tests/vm/README.md).
+# -nodefaults: no VGA/NIC/floppy; the guest needs no network besides loopback.
+timeout --kill-after=10 "$timeout_s" qemu-system-x86_64 \
+	-accel tcg,thread=multi -cpu max -smp "$smp" -m "$mem" \
+	-nodefaults -no-user-config -display none -no-reboot \
+	-serial "file:$out/console.log" -monitor none \
+	-kernel "$VMLINUZ" -initrd "$INITRD" \
+	-append "console=ttyS0 panic=-1 mitigations=off mw.script=$here/guest-scenario.sh mw.moddir=$MODDIR" \
+	-drive "file=$disk,if=none,id=nvm,format=raw,cache=unsafe" \
+	-device nvme,serial=mw0001,drive=nvm \
+	-fsdev local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap \
+	-device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot \
+	-fsdev "local,id=mwout,path=$out,security_model=none" \
+	-device virtio-9p-pci,fsdev=mwout,mount_tag=mwout \
+	< /dev/null > "$out/qemu.log" 2>&1 &
+qpid=$!
+if [ "$verbose" = 1 ]; then
+	touch "$out/console.log"
+	tail -n +1 -f --pid="$qpid" "$out/console.log" &
+	tailpid=$!
+fi
+qrc=0
+wait "$qpid" || qrc=$?
+qpid=
+[ -n "$tailpid" ] && { wait "$tailpid" 2>/dev/null || true; tailpid=; }
+wall=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
+
+if [ "$qrc" -eq 124 ] || [ "$qrc" -eq 137 ]; then
+	rc=124; why="qemu timed out after ${timeout_s}s"
+elif [ ! -s "$out/exit-status" ]; then
+	rc=125; why="guest wrote no exit status (qemu exit $qrc)"
+else
+	rc=$(cat "$out/exit-status")
+	why="guest scenario exit status $rc"
+fi
+echo "$wall" > "$out/wall-seconds"
+
+# Serial output has SeaBIOS/terminal escape codes and CRs; strip them for reading.
+clean() { sed -e 's/\x1b\[[0-9;?]*[A-Za-z]//g' -e 's/\x1bc//g' -e 's/\r//g' "$@"; }
+
+if [ "$rc" -ne 0 ]; then
+	say "FAILED: $why, wall ${wall}s"
+	[ -s "$out/qemu.log" ] && { echo "---- qemu.log"; cat "$out/qemu.log"; }
+	if [ -s "$out/guest.log" ]; then
+		echo "---- tail of guest log ($out/guest.log)"; clean "$out/guest.log" | tail -n 60
+	fi
+	echo "---- tail of guest console ($out/console.log)"; clean "$out/console.log" | tail -n 25
+	exit "$rc"
+fi
+
+grep -h '^ATTACH' "$out/guest.log" || true
+grep -h '^RESULT' "$out/results.txt" || true
+say "PASSED: $why, wall ${wall}s, results in $out"
