@@ -21,7 +21,8 @@ ARCH := $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/' -e 's/pp
 DEB_PACKAGES := clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config g++ make \
 	prometheus-cpp-dev libcivetweb-dev libcli11-dev libgtest-dev \
 	fio curl util-linux python3 python3-pytest python3-prometheus-client prometheus \
-	qemu-system-x86 busybox-static kmod cpio lvm2 e2fsprogs iproute2 procps gzip
+	qemu-system-x86 busybox-static kmod cpio lvm2 e2fsprogs iproute2 procps gzip \
+	prometheus-alertmanager systemd strace
 
 ifeq ($(V),1)
 Q :=
@@ -58,7 +59,7 @@ BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Werror \
 CLANG_BPF_SYS_INCLUDES = $(shell $(CLANG) -v -E - </dev/null 2>&1 \
 	| sed -n '/<...> search starts here:/,/End of search list./{ s| \(/.*\)|-idirafter \1|p }')
 
-.PHONY: all build run test test-unit test-privileged test-vm install uninstall clean deps help
+.PHONY: all build run test test-unit test-privileged test-deploy test-vm install uninstall clean deps help
 
 help:
 	@echo 'mergewatch targets:'
@@ -67,6 +68,7 @@ help:
 	@echo '  make all             install deps and build $(DAEMON)'
 	@echo '  make test-unit       GoogleTest unit tests only (no root needed)'
 	@echo '  make test-privileged tests on real tracepoints and loop devices (root)'
+	@echo '  make test-deploy     systemd unit (verify, security, sandbox), Prometheus rules, alert path end to end'
 	@echo '  make test-vm         the 2019 incident in a qemu VM: Debian 6.1, NVMe, LVM snapshot (root)'
 	@echo '  make install         install to $$(DESTDIR)$$(PREFIX) (PREFIX=$(PREFIX))'
 	@echo '  make uninstall       remove what install put there'
@@ -99,8 +101,10 @@ test: all
 	@rm -rf $(REPORTS); status=0; \
 	$(MAKE) --no-print-directory test-unit || status=1; \
 	$(MAKE) --no-print-directory test-privileged || status=1; \
+	$(MAKE) --no-print-directory test-deploy || status=1; \
 	$(MAKE) --no-print-directory test-vm || status=1; \
-	$(PYTHON) tests/summary.py $(REPORTS)/unit.json $(REPORTS)/privileged.xml $(REPORTS)/vm.xml || status=1; \
+	$(PYTHON) tests/summary.py $(REPORTS)/unit.json $(REPORTS)/privileged.xml $(REPORTS)/deploy.xml \
+		$(REPORTS)/vm.xml || status=1; \
 	exit $$status
 
 test-unit: $(UNIT_BIN)
@@ -113,6 +117,12 @@ test-privileged: $(DAEMON)
 	MERGEWATCHD=$(CURDIR)/$(DAEMON) MERGEWATCH_NO_SKIP=$$( [ "$$(id -u)" = 0 ] && echo 1 || echo 0 ) \
 		$(PYTHON) -m pytest -v -rs -p no:cacheprovider --junitxml=$(REPORTS)/privileged.xml tests/integration
 
+# The shipped deploy/ files against the real tools: systemd-analyze, promtool, Prometheus, Alertmanager.
+test-deploy: $(DAEMON)
+	@mkdir -p $(REPORTS)
+	MERGEWATCHD=$(CURDIR)/$(DAEMON) MERGEWATCH_NO_SKIP=$$( [ "$$(id -u)" = 0 ] && echo 1 || echo 0 ) \
+		$(PYTHON) -m pytest -v -rs -p no:cacheprovider --junitxml=$(REPORTS)/deploy.xml tests/deploy
+
 # Debian's 6.1 kernel under qemu (TCG) with an emulated NVMe disk and an LVM snapshot:
 # the 2019 incident for real (tests/vm/README.md). About two minutes.
 test-vm: $(DAEMON)
@@ -120,14 +130,14 @@ test-vm: $(DAEMON)
 	MERGEWATCHD=$(CURDIR)/$(DAEMON) $(PYTHON) -m pytest -v -s -p no:cacheprovider \
 		--junitxml=$(REPORTS)/vm.xml tests/vm
 
-$(BUILD) $(BUILD)/obj $(BUILD)/obj/unit:
+$(BUILD)/obj $(BUILD)/obj/unit:
 	$(Q)mkdir -p $@
 
-$(VMLINUX_H): | $(BUILD)
+$(VMLINUX_H): | $(BUILD)/obj
 	$(call msg,BTF,$@)
 	$(Q)$(BPFTOOL) btf dump file $(VMLINUX_BTF) format c > $@
 
-$(BPF_OBJ): bpf/mergewatch.bpf.c $(VMLINUX_H) | $(BUILD)
+$(BPF_OBJ): bpf/mergewatch.bpf.c $(VMLINUX_H) | $(BUILD)/obj
 	$(call msg,BPF,$@)
 	$(Q)$(CLANG) $(BPF_CFLAGS) $(CLANG_BPF_SYS_INCLUDES) -MF $(BUILD)/mergewatch.bpf.d -MT $@ -c $< -o $(@:.o=.tmp.o)
 	$(Q)$(BPFTOOL) gen object $@ $(@:.o=.tmp.o)
@@ -156,13 +166,31 @@ $(UNIT_BIN): $(UNIT_OBJS) $(LIB)
 	$(call msg,LINK,$@)
 	$(Q)$(CXX) $(CXXFLAGS) $^ -lgtest -lgtest_main $(PKG_LIBS) -o $@
 
+# The unit goes where systemd looks for units of this prefix (/usr/local/lib/systemd/system for the
+# default); /etc/default/mergewatchd is never overwritten, it holds the operator's flags.
+UNITDIR     ?= $(PREFIX)/lib/systemd/system
+SYSCONFDIR  ?= /etc
+RULESDIR    ?= $(PREFIX)/share/mergewatch/prometheus
 install: all
 	install -D -m 0755 $(DAEMON) $(DESTDIR)$(PREFIX)/sbin/mergewatchd
+	install -d $(DESTDIR)$(UNITDIR)
+	sed 's|@SBINDIR@|$(PREFIX)/sbin|g' deploy/systemd/mergewatchd.service.in > $(DESTDIR)$(UNITDIR)/mergewatchd.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/mergewatchd.service
+	[ -e $(DESTDIR)$(SYSCONFDIR)/default/mergewatchd ] || \
+		install -D -m 0644 deploy/default/mergewatchd $(DESTDIR)$(SYSCONFDIR)/default/mergewatchd
+	install -D -m 0644 -t $(DESTDIR)$(RULESDIR) deploy/prometheus/*.yml
+	@if [ -z "$(DESTDIR)" ] && command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then \
+		systemctl daemon-reload; echo 'installed: systemctl enable --now mergewatchd'; fi
 
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/sbin/mergewatchd
+	rm -f $(DESTDIR)$(PREFIX)/sbin/mergewatchd $(DESTDIR)$(UNITDIR)/mergewatchd.service
+	rm -rf $(DESTDIR)$(RULESDIR)
+	@echo 'left $(SYSCONFDIR)/default/mergewatchd in place (your flags)'
 
 clean:
 	rm -rf $(BUILD)
+
+# Benchmark and reliability targets live in their own files.
+include mk/bench.mk mk/reliability.mk
 
 -include $(BUILD)/mergewatch.bpf.d $(wildcard $(BUILD)/obj/*.d $(BUILD)/obj/unit/*.d)

@@ -1,0 +1,1 @@
+# make bench: see bench/README.md (filled in by the benchmark work).

@@ -1,0 +1,1 @@
+# Reliability: sanitizers, fuzzing, churn (filled in by the reliability work).

@@ -1,0 +1,238 @@
+"""Shared helpers for the deployment tests: tools, free ports, processes stopped by PID, loop devices.
+
+Run as `python3 -m pytest tests/deploy` with MERGEWATCHD pointing at the built daemon. Tests marked
+`privileged` (they start the daemon, load BPF, create loop devices) need root. Run as root, a missing
+prerequisite is a failure, never a skip; as another user they skip, unless MERGEWATCH_NO_SKIP=1 turns
+the skip into a failure too.
+"""
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+DEPLOY = os.path.join(REPO, "deploy")
+RULES = os.path.join(DEPLOY, "prometheus", "mergewatch.rules.yml")
+UNIT_TEMPLATE = os.path.join(DEPLOY, "systemd", "mergewatchd.service.in")
+DAEMON = os.path.abspath(os.environ.get("MERGEWATCHD", os.path.join(REPO, "build", "mergewatchd")))
+
+# Debian package that provides each tool, for the failure message.
+TOOLS = {
+    "promtool": "prometheus",
+    "prometheus": "prometheus",
+    "prometheus-alertmanager": "prometheus-alertmanager",
+    "amtool": "prometheus-alertmanager",
+    "systemd-analyze": "systemd",
+    "fio": "fio",
+    "losetup": "util-linux",
+    "setpriv": "util-linux",
+    "strace": "strace",
+}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "privileged: needs root (runs the daemon, loads BPF, creates loop devices)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.geteuid() == 0:
+        return
+    for item in items:
+        if "privileged" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason="needs root: runs mergewatchd (BPF) and creates loop devices"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if os.environ.get("MERGEWATCH_NO_SKIP") == "1" and report.skipped and "privileged" in item.keywords:
+        report.outcome = "failed"
+        report.longrepr = f"privileged test skipped where it must run: {report.longrepr}"
+
+
+def tool(name):
+    """Absolute path of a required tool; fails (not skips) with the package to install."""
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} not found: install the Debian package {TOOLS.get(name, name)} (make deps)")
+    return path
+
+
+def daemon_binary():
+    if not (os.path.isfile(DAEMON) and os.access(DAEMON, os.X_OK)):
+        pytest.fail(f"mergewatchd not found at {DAEMON}: run `make build` or set MERGEWATCHD=")
+    if not os.path.exists("/sys/kernel/btf/vmlinux"):
+        pytest.fail("this kernel has no BTF at /sys/kernel/btf/vmlinux; mergewatchd cannot run here")
+    return DAEMON
+
+
+def run(cmd, timeout=60, **kw):
+    """subprocess.run with captured text output and a bound on time."""
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_get(url, timeout=5):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.status, r.read().decode()
+
+
+def wait_until(predicate, timeout, what, interval=0.1, on_timeout=None):
+    """Poll predicate() until it returns a true value (which is returned), or fail after timeout s."""
+    deadline = time.monotonic() + timeout
+    last_error = None
+    while time.monotonic() < deadline:
+        try:
+            result = predicate()
+            if result:
+                return result
+        except Exception as e:  # the thing polled may not be up yet
+            last_error = e
+        time.sleep(interval)
+    detail = on_timeout() if on_timeout else ""
+    pytest.fail(f"timed out after {timeout} s waiting for {what} (last error: {last_error})\n{detail}")
+
+
+class Proc:
+    """A background process with its output in a log file; stopped by its PID only."""
+
+    def __init__(self, name, cmd, logdir, env=None):
+        self.name = name
+        self.cmd = cmd
+        self.log_path = os.path.join(logdir, f"{name}.log")
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env=env)
+        self.pid = self.proc.pid
+
+    def log(self, tail=60):
+        with open(self.log_path, errors="replace") as f:
+            lines = f.read().splitlines()
+        return f"--- {self.name} (pid {self.pid}) log, last {tail} lines ---\n" + "\n".join(lines[-tail:])
+
+    def running(self):
+        return self.proc.poll() is None
+
+    def assert_running(self):
+        if not self.running():
+            pytest.fail(f"{self.name} exited with {self.proc.returncode}\n{self.log()}")
+
+    def stop(self, timeout=15):
+        """SIGTERM, then SIGKILL after timeout s; returns the exit status."""
+        if self.proc.poll() is None:
+            os.kill(self.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.kill(self.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        self._log.close()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def workdir():
+    """A private temporary directory, removed afterwards."""
+    path = tempfile.mkdtemp(prefix="mergewatch-deploy-")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def processes(workdir):
+    """Start background processes with start(name, cmd); all are stopped (by PID, in reverse order) at teardown."""
+    started = []
+
+    def start(name, cmd, env=None):
+        p = Proc(name, cmd, workdir, env=env)
+        started.append(p)
+        return p
+
+    start.started = started
+    yield start
+    errors = []
+    for p in reversed(started):
+        try:
+            p.stop()
+        except Exception as e:  # keep stopping the others
+            errors.append(f"{p.name}: {e}")
+    if errors:
+        pytest.fail("could not stop: " + "; ".join(errors))
+
+
+def start_daemon(processes, *args, name="mergewatchd"):
+    """mergewatchd on a free loopback port; returns (Proc, port) once it logged ready."""
+    port = free_port()
+    d = processes(name, [daemon_binary(), f"--web.listen-address=127.0.0.1:{port}", *args])
+
+    def ready():
+        d.assert_running()
+        with open(d.log_path, errors="replace") as f:
+            return 'msg="ready:' in f.read()
+
+    wait_until(ready, 30, "mergewatchd to report ready", on_timeout=d.log)
+    return d, port
+
+
+class LoopDevice:
+    """A loop device over a file in /dev/shm (RAM); detached and the file removed by detach()."""
+
+    def __init__(self, size_mb):
+        fd, self.backing = tempfile.mkstemp(prefix="mergewatch-deploy-", suffix=".img", dir="/dev/shm")
+        self.path = None
+        try:
+            os.ftruncate(fd, size_mb << 20)
+        finally:
+            os.close(fd)
+        try:
+            self.path = run([tool("losetup"), "--find", "--show", self.backing], check=True).stdout.strip()
+        except Exception:
+            os.unlink(self.backing)
+            raise
+        self.name = os.path.basename(self.path)
+
+    def set_queue(self, scheduler=None, nomerges=None):
+        if scheduler is not None:
+            with open(f"/sys/block/{self.name}/queue/scheduler", "w") as f:
+                f.write(scheduler)
+        if nomerges is not None:
+            with open(f"/sys/block/{self.name}/queue/nomerges", "w") as f:
+                f.write(str(nomerges))
+
+    def detach(self):
+        if self.path:
+            run(["losetup", "-d", self.path], timeout=30)
+        if os.path.exists(self.backing):
+            os.unlink(self.backing)
+
+
+@pytest.fixture
+def loop_device():
+    made = []
+
+    def make(size_mb=128):
+        dev = LoopDevice(size_mb)
+        made.append(dev)
+        return dev
+
+    yield make
+    for dev in made:
+        dev.detach()
+
+
+# Bytecode caches would land in the source tree; the tests import nothing worth caching.
+sys.dont_write_bytecode = True
