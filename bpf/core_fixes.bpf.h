@@ -42,4 +42,46 @@ static __always_inline struct gendisk *mw_bio_disk(struct bio *bio)
 	return BPF_CORE_READ(bio, bi_bdev, bd_disk);
 }
 
+/* The kernel's dev_t encoding (MKDEV in include/linux/kdev_t.h), as tracepoints pass it. */
+#define MW_MINORBITS 20
+#define MW_MKDEV(ma, mi) (((__u32)(ma) << MW_MINORBITS) | (__u32)(mi))
+
+/*
+ * The dev_t of the block device (partition or whole disk) a bio is addressed to.
+ * Before v5.12 the bio held the disk and a partition number instead of a bdev
+ * (commit 309dca309fc3, above); partition minors were first_minor + partno then.
+ */
+struct bio___with_bi_partno {
+	struct gendisk *bi_disk;
+	__u8 bi_partno;
+} __attribute__((preserve_access_index));
+
+static __always_inline __u32 mw_bio_devt(struct bio *bio)
+{
+	struct bio___with_bi_partno *old = (void *)bio;
+
+	if (bpf_core_field_exists(old->bi_disk))
+		return MW_MKDEV(BPF_CORE_READ(old, bi_disk, major),
+				BPF_CORE_READ(old, bi_disk, first_minor) + BPF_CORE_READ(old, bi_partno));
+	return BPF_CORE_READ(bio, bi_bdev, bd_dev);
+}
+
+/*
+ * v5.15 numbers every disk ever created (gendisk->diskseq), so a re-created device that
+ * got an old major:minor can be told apart; 0 on older kernels.
+ * commit 87eb71078bb5 ("block: add a sequence number to disks")
+ */
+struct gendisk___with_diskseq {
+	__u64 diskseq;
+} __attribute__((preserve_access_index));
+
+static __always_inline __u64 mw_disk_seq(struct gendisk *disk)
+{
+	struct gendisk___with_diskseq *d = (void *)disk;
+
+	if (bpf_core_field_exists(d->diskseq))
+		return BPF_CORE_READ(d, diskseq);
+	return 0;
+}
+
 #endif /* MERGEWATCH_CORE_FIXES_BPF_H */

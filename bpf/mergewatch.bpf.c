@@ -29,6 +29,8 @@ const volatile __u32 targ_rq_arg = 0;        /* block_rq_insert/issue: (rq) or (
 const volatile __u32 targ_bio_merge_arg = 0; /* block_bio_*merge: (bio) or (q, rq, bio) */
 const volatile __u32 targ_bio_queue_arg = 0; /* block_bio_queue: (bio) or (q, bio) */
 const volatile __u32 targ_getrq_arg = 0;     /* block_getrq: (bio) or (q, bio, rw) */
+/* block_bio_remap: (bio, dev, from) or (q, bio, dev, from); commit 1c02fca620f7 (v5.11) */
+const volatile __u32 targ_bio_remap_arg = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
@@ -74,6 +76,36 @@ struct {
 	__type(value, struct pending_request);
 } pending_requests SEC(".maps");
 
+/*
+ * The remap chain, one hop at a time: each block_bio_remap leaves (the device and sector
+ * the bio now addresses) -> (the device the chain started at). The next hop, or the
+ * request the bio finally becomes (block_getrq), looks its own (device, sector) up and
+ * takes the entry. Bios that merge into an existing request never ask: LRU drops them.
+ */
+struct remap_key {
+	__u32 devt;
+	__u32 pad;
+	__u64 sector;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MW_REMAP_ENTRIES);
+	__type(key, struct remap_key);
+	__type(value, __u32); /* origin dev_t */
+} remap_origin SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, MW_MAX_ORIGIN_KEYS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct mw_origin_key);
+	__type(value, struct mw_origin_stats);
+} origin_stats SEC(".maps");
+
+/* Set once a stacking driver remapped a bio: until then no request pays for the lookup. */
+__u32 remaps_seen = 0;
+
 /* Zero value for lookup-or-init: too large for the 512-byte BPF stack. */
 static const struct mw_dev_stats zero_stats;
 
@@ -97,6 +129,7 @@ static __always_inline struct mw_dev_stats *stats_for(struct gendisk *disk, __u3
 	key.major = BPF_CORE_READ(disk, major);
 	key.minor = BPF_CORE_READ(disk, first_minor);
 	key.op = op & MW_REQ_OP_MASK;
+	key.diskseq = mw_disk_seq(disk);
 	stats = bpf_map_lookup_elem(&dev_stats, &key);
 	if (stats)
 		return stats;
@@ -277,16 +310,81 @@ static __always_inline int handle_bio_queue(struct bio *bio)
 	return 0;
 }
 
+/*
+ * A stacking driver (dm, md, NVMe multipath) sent the bio on from `from_devt`. Partition
+ * remaps (the bio keeps its bdev: from == to) start no chain of their own, but pass an
+ * existing one on, since a dm target may sit on a partition.
+ */
+static __always_inline int handle_bio_remap(struct bio *bio, __u32 from_devt, __u64 from_sector)
+{
+	struct remap_key from = { .devt = from_devt, .sector = from_sector }, to = {};
+	__u32 *chained, origin;
+
+	to.devt = mw_bio_devt(bio);
+	to.sector = BPF_CORE_READ(bio, bi_iter.bi_sector);
+	chained = bpf_map_lookup_elem(&remap_origin, &from);
+	if (chained) {
+		origin = *chained;
+		bpf_map_delete_elem(&remap_origin, &from);
+	} else if (from_devt != to.devt) {
+		origin = from_devt;
+	} else {
+		return 0;
+	}
+	bpf_map_update_elem(&remap_origin, &to, &origin, BPF_ANY);
+	remaps_seen = 1;
+	return 0;
+}
+
+/* The new request's first bio came down a remap chain: count it for the chain's origin. */
+static __always_inline void count_origin(struct bio *bio, struct gendisk *disk, __u32 op, bool missed)
+{
+	struct remap_key at = {};
+	struct mw_origin_key key = {};
+	struct mw_origin_stats *stats;
+	static const struct mw_origin_stats zero;
+	__u32 *origin;
+
+	at.devt = mw_bio_devt(bio);
+	at.sector = BPF_CORE_READ(bio, bi_iter.bi_sector);
+	origin = bpf_map_lookup_elem(&remap_origin, &at);
+	if (!origin)
+		return;
+	key.origin_major = *origin >> MW_MINORBITS;
+	key.origin_minor = *origin & ((1u << MW_MINORBITS) - 1);
+	bpf_map_delete_elem(&remap_origin, &at);
+	key.major = BPF_CORE_READ(disk, major);
+	key.minor = BPF_CORE_READ(disk, first_minor);
+	key.op = op;
+	key.diskseq = mw_disk_seq(disk);
+	stats = bpf_map_lookup_elem(&origin_stats, &key);
+	if (!stats) {
+		bpf_map_update_elem(&origin_stats, &key, &zero, BPF_NOEXIST);
+		stats = bpf_map_lookup_elem(&origin_stats, &key);
+		if (!stats) {
+			count_event(MW_CNT_ORIGIN_FULL);
+			return;
+		}
+	}
+	stats->requests++;
+	if (missed)
+		stats->missed_merges++;
+}
+
 static __always_inline int handle_getrq(struct bio *bio)
 {
 	struct gendisk *disk = mw_bio_disk(bio);
 	struct mw_dev_stats *stats;
+	bool missed;
 	__u32 op;
 
 	if (!disk)
 		return 0;
 	op = BPF_CORE_READ(bio, bi_opf) & MW_REQ_OP_MASK;
-	if (!missed_merge(bio, BPF_CORE_READ(disk, queue), op))
+	missed = missed_merge(bio, BPF_CORE_READ(disk, queue), op);
+	if (remaps_seen)
+		count_origin(bio, disk, op, missed);
+	if (!missed)
 		return 0;
 	stats = stats_for(disk, op);
 	if (stats)
@@ -299,6 +397,14 @@ static __always_inline int handle_getrq(struct bio *bio)
 #define BIO_MERGE_ARG(ctx) ((struct bio *)(targ_bio_merge_arg ? (ctx)[2] : (ctx)[0]))
 #define BIO_QUEUE_ARG(ctx) ((struct bio *)(targ_bio_queue_arg ? (ctx)[1] : (ctx)[0]))
 #define GETRQ_ARG(ctx) ((struct bio *)(targ_getrq_arg ? (ctx)[1] : (ctx)[0]))
+
+/* Three arguments from one of two positions: two separate constant-offset paths. */
+static __always_inline int remap_from_ctx(__u64 *ctx)
+{
+	if (targ_bio_remap_arg)
+		return handle_bio_remap((struct bio *)ctx[1], (__u32)ctx[2], ctx[3]);
+	return handle_bio_remap((struct bio *)ctx[0], (__u32)ctx[1], ctx[2]);
+}
 
 /* tp_btf set */
 SEC("tp_btf/block_rq_insert")
@@ -323,6 +429,9 @@ int BPF_PROG(btf_bio_queue) { return handle_bio_queue(BIO_QUEUE_ARG(ctx)); }
 SEC("tp_btf/block_getrq")
 int BPF_PROG(btf_getrq) { return handle_getrq(GETRQ_ARG(ctx)); }
 
+SEC("tp_btf/block_bio_remap")
+int BPF_PROG(btf_bio_remap) { return remap_from_ctx(ctx); }
+
 /* raw_tp fallback set: same handlers, untyped arguments */
 SEC("raw_tp/block_rq_insert")
 int raw_rq_insert(__u64 *ctx) { return handle_rq_insert(RQ_ARG(ctx)); }
@@ -344,3 +453,6 @@ int raw_bio_queue(__u64 *ctx) { return handle_bio_queue(BIO_QUEUE_ARG(ctx)); }
 
 SEC("raw_tp/block_getrq")
 int raw_getrq(__u64 *ctx) { return handle_getrq(GETRQ_ARG(ctx)); }
+
+SEC("raw_tp/block_bio_remap")
+int raw_bio_remap(__u64 *ctx) { return remap_from_ctx(ctx); }

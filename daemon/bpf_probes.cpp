@@ -92,6 +92,7 @@ bool ReadTracepointLayout(const std::string& btf_path, TracepointLayout* layout,
   int merge = TracepointArity(btf, "block_bio_backmerge");
   int queue = TracepointArity(btf, "block_bio_queue");
   int getrq = TracepointArity(btf, "block_getrq");
+  int remap = TracepointArity(btf, "block_bio_remap");
   if (rq < 0) {
     btf__free(btf);
     *error = btf_path + " has no btf_trace_block_rq_issue: not the BTF of a kernel with block tracepoints";
@@ -101,8 +102,9 @@ bool ReadTracepointLayout(const std::string& btf_path, TracepointLayout* layout,
   layout->bio_merge_arg = merge >= 3 ? 2 : 0;
   layout->bio_queue_arg = queue >= 2 ? 1 : 0;
   layout->getrq_arg = getrq >= 2 ? 1 : 0;
+  layout->bio_remap_arg = remap >= 4 ? 1 : 0;
   for (const char* tp : {"block_rq_insert", "block_rq_issue", "block_rq_complete", "block_bio_backmerge",
-                         "block_bio_frontmerge", "block_bio_queue", "block_getrq"}) {
+                         "block_bio_frontmerge", "block_bio_queue", "block_getrq", "block_bio_remap"}) {
     if (TracepointArity(btf, tp) < 0) layout->missing.push_back(tp);
   }
   btf__free(btf);
@@ -143,6 +145,7 @@ std::unique_ptr<BpfProbes> BpfProbes::Load(const ProbeOptions& options, ProbeErr
     probes->skel_->rodata->targ_bio_merge_arg = layout.bio_merge_arg;
     probes->skel_->rodata->targ_bio_queue_arg = layout.bio_queue_arg;
     probes->skel_->rodata->targ_getrq_arg = layout.getrq_arg;
+    probes->skel_->rodata->targ_bio_remap_arg = layout.bio_remap_arg;
     bpf_map__set_max_entries(probes->skel_->maps.inflight, options.inflight_entries);
 
     struct bpf_program* prog;
@@ -214,8 +217,24 @@ Snapshot BpfProbes::Read() {
     key = next;
     // A key deleted between get_next_key and lookup is skipped, not an error.
     if (bpf_map_lookup_elem(stats_fd, &key, per_cpu.data()) != 0) continue;
-    mw_dev_stats& total = snapshot.stats[DevOpKey{key.major, key.minor, key.op}];
+    mw_dev_stats& total = snapshot.stats[DevOpKey{key.major, key.minor, key.op, key.diskseq}];
     for (const mw_dev_stats& cpu : per_cpu) AccumulateStats(cpu, &total);
+  }
+
+  int origin_fd = bpf_map__fd(skel_->maps.origin_stats);
+  std::vector<mw_origin_stats> origin_per_cpu(static_cast<size_t>(ncpus));
+  mw_origin_key okey{}, onext{};
+  first = true;
+  while (bpf_map_get_next_key(origin_fd, first ? nullptr : &okey, &onext) == 0) {
+    first = false;
+    okey = onext;
+    if (bpf_map_lookup_elem(origin_fd, &okey, origin_per_cpu.data()) != 0) continue;
+    mw_origin_stats& total = snapshot.origins[OriginKey{okey.major, okey.minor, okey.origin_major,
+                                                        okey.origin_minor, okey.op, okey.diskseq}];
+    for (const mw_origin_stats& cpu : origin_per_cpu) {
+      total.requests += cpu.requests;
+      total.missed_merges += cpu.missed_merges;
+    }
   }
 
   int counts_fd = bpf_map__fd(skel_->maps.event_counts);
@@ -225,6 +244,19 @@ Snapshot BpfProbes::Read() {
     for (uint64_t v : counts) snapshot.event_counts[i] += v;
   }
   return snapshot;
+}
+
+void BpfProbes::Forget(const StaleKeys& keys) {
+  int stats_fd = bpf_map__fd(skel_->maps.dev_stats);
+  for (const DevOpKey& k : keys.stats) {
+    mw_dev_key key{k.major, k.minor, k.op, 0, k.diskseq};
+    bpf_map_delete_elem(stats_fd, &key);  // ENOENT: already gone, fine
+  }
+  int origin_fd = bpf_map__fd(skel_->maps.origin_stats);
+  for (const OriginKey& k : keys.origins) {
+    mw_origin_key key{k.major, k.minor, k.origin_major, k.origin_minor, k.op, 0, k.diskseq};
+    bpf_map_delete_elem(origin_fd, &key);
+  }
 }
 
 }  // namespace mergewatch

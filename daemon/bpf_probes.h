@@ -29,6 +29,7 @@ struct TracepointLayout {
   uint32_t bio_merge_arg = 0;  // block_bio_backmerge: 0 for (bio), 2 for (q, rq, bio)
   uint32_t bio_queue_arg = 0;  // block_bio_queue: 0 for (bio), 1 for (q, bio)
   uint32_t getrq_arg = 0;      // block_getrq: 0 for (bio), 1 for (q, bio, rw)
+  uint32_t bio_remap_arg = 0;  // block_bio_remap: 0 for (bio, dev, from), 1 for (q, bio, dev, from)
   std::vector<std::string> missing;  // tracepoints the kernel does not have
 };
 
@@ -44,6 +45,7 @@ class BpfProbes final : public SnapshotSource {
   BpfProbes& operator=(const BpfProbes&) = delete;
 
   Snapshot Read() override;
+  void Forget(const StaleKeys& keys) override;
   const std::vector<ProgramStatus>& programs() const { return programs_; }
   std::string mode() const { return mode_; }
   size_t attached_count() const;

@@ -107,10 +107,15 @@ class TopologyKeeper {
   }
   void RefreshFor(const Snapshot& snapshot) {
     bool unknown = false;
-    for (const auto& [key, stats] : snapshot.stats) unknown |= current_->Find(key.major, key.minor) == nullptr;
+    for (const auto& [key, stats] : snapshot.stats) unknown |= !Knows(key.major, key.minor, key.diskseq);
     // Unknown devices may also be ones that are gone for good: rescan at most once a second then.
     const Duration since = Now() - last_scan_;
     if (since >= refresh_ || (unknown && since >= std::chrono::seconds(1))) Rescan();
+  }
+  // The device at major:minor in the last scan, and the same incarnation of it.
+  bool Knows(uint32_t major, uint32_t minor, uint64_t diskseq) const {
+    const BlockDevice* device = current_->Find(major, minor);
+    return device != nullptr && (diskseq == 0 || device->diskseq == 0 || device->diskseq == diskseq);
   }
   std::shared_ptr<const Topology> current() const { return current_; }
   static TimePoint Now() { return std::chrono::steady_clock::now().time_since_epoch(); }
@@ -124,7 +129,24 @@ class TopologyKeeper {
   bool reported_empty_ = false;
 };
 
-void Tick(SnapshotSource& source, TopologyKeeper* topology, CollapseDetector* detector, StateCollector* state) {
+// The map keys of devices that are gone, or whose major:minor now belongs to a newer disk.
+// Sysfs is asked again (the namer reads it live) before a key is dropped: the last scan
+// may simply predate a device that just appeared.
+StaleKeys FindStaleKeys(const Snapshot& snapshot, const TopologyKeeper& topology, DeviceNamer& namer) {
+  StaleKeys stale;
+  auto gone = [&](uint32_t major, uint32_t minor, uint64_t diskseq) {
+    return !topology.Knows(major, minor, diskseq) && !namer.NameOf(major, minor, diskseq);
+  };
+  for (const auto& [key, stats] : snapshot.stats)
+    if (gone(key.major, key.minor, key.diskseq)) stale.stats.push_back(key);
+  for (const auto& [key, stats] : snapshot.origins)
+    if (gone(key.major, key.minor, key.diskseq) || gone(key.origin_major, key.origin_minor, 0))
+      stale.origins.push_back(key);
+  return stale;
+}
+
+void Tick(SnapshotSource& source, DeviceNamer& namer, TopologyKeeper* topology, CollapseDetector* detector,
+          StateCollector* state) {
   Snapshot snapshot;
   try {
     snapshot = source.Read();
@@ -133,6 +155,12 @@ void Tick(SnapshotSource& source, TopologyKeeper* topology, CollapseDetector* de
     return;
   }
   topology->RefreshFor(snapshot);
+  StaleKeys stale = FindStaleKeys(snapshot, *topology, namer);
+  if (!stale.empty()) {
+    source.Forget(stale);
+    LogDebug("dropped the data of removed devices: " + std::to_string(stale.stats.size()) + " device keys, " +
+             std::to_string(stale.origins.size()) + " origin keys");
+  }
   // While a disk shows the pattern, its onset line must name the queue settings of now,
   // not of the last periodic scan: rescan every tick until it is resolved.
   for (const DiskVerdict& v : detector->Verdicts()) {
@@ -248,7 +276,7 @@ int RunDaemon(const Config& config) {
       LogError(std::string("sigtimedwait: ") + strerror(errno));
       return kExitFailure;
     }
-    Tick(*probes, &topology, &detector, state.get());
+    Tick(*probes, namer, &topology, &detector, state.get());
   }
 
   LogInfo(std::string("received ") + strsignal(exit_signal) + ", shutting down");

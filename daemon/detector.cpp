@@ -68,8 +68,20 @@ bool CollapseDetector::IsCandidate(const BlockDevice& device) const {
 std::vector<CollapseEvent> CollapseDetector::Update(TimePoint now, const Snapshot& snapshot,
                                                     const Topology& topology) {
   Sample sample{now, {}};
+  // Data of a device's predecessor at the same major:minor (older diskseq) is not its own.
+  const auto same_device = [&topology](uint32_t major, uint32_t minor, uint64_t diskseq) -> const BlockDevice* {
+    const BlockDevice* device = topology.Find(major, minor);
+    if (device == nullptr || (diskseq != 0 && device->diskseq != 0 && device->diskseq != diskseq)) return nullptr;
+    return device;
+  };
+  for (const auto& [key, stats] : snapshot.origins) {
+    const BlockDevice* device = same_device(key.major, key.minor, key.diskseq);
+    const BlockDevice* origin = topology.Find(key.origin_major, key.origin_minor);
+    if (device == nullptr || origin == nullptr || (key.op != kOpRead && key.op != kOpWrite)) continue;
+    sample.devices[device->name].origin_requests[origin->name] += stats.requests;
+  }
   for (const auto& [key, stats] : snapshot.stats) {
-    const BlockDevice* device = topology.Find(key.major, key.minor);
+    const BlockDevice* device = same_device(key.major, key.minor, key.diskseq);
     if (device == nullptr) continue;
     Totals& t = sample.devices[device->name];
     for (uint64_t v : stats.bio_size_slots) t.bios += v;
@@ -98,10 +110,15 @@ std::vector<CollapseEvent> CollapseDetector::Update(TimePoint now, const Snapsho
     Totals before = it != base.devices.end() ? it->second : Totals{};
     // A counter that went down means the device was re-created: count from zero.
     if (totals.requests < before.requests || totals.bios < before.bios) before = Totals{};
-    deltas[name] = Totals{Sub(totals.requests, before.requests), Sub(totals.small_requests, before.small_requests),
-                          Sub(totals.request_bytes, before.request_bytes), Sub(totals.missed, before.missed),
-                          Sub(totals.back_merges, before.back_merges), Sub(totals.merges, before.merges),
-                          Sub(totals.bios, before.bios), Sub(totals.bio_bytes, before.bio_bytes)};
+    Totals delta{Sub(totals.requests, before.requests), Sub(totals.small_requests, before.small_requests),
+                 Sub(totals.request_bytes, before.request_bytes), Sub(totals.missed, before.missed),
+                 Sub(totals.back_merges, before.back_merges), Sub(totals.merges, before.merges),
+                 Sub(totals.bios, before.bios), Sub(totals.bio_bytes, before.bio_bytes), {}};
+    for (const auto& [origin, count] : totals.origin_requests) {
+      auto was = before.origin_requests.find(origin);
+      delta.origin_requests[origin] = Sub(count, was != before.origin_requests.end() ? was->second : 0);
+    }
+    deltas[name] = std::move(delta);
   }
 
   std::vector<CollapseEvent> events;
@@ -165,8 +182,11 @@ CollapseEvidence CollapseDetector::Evaluate(const std::string& disk, const Total
   e.back_merges_per_second = Ratio(static_cast<double>(delta.back_merges), seconds);
   e.mean_request_bytes = Ratio(static_cast<double>(delta.request_bytes), static_cast<double>(delta.requests));
 
-  // The upper device whose bios are largest: for an LVM snapshot that is the snapshot
-  // itself, above the -real/-cow layers that pass its 4 KiB chunks down.
+  // The upper device the disk's requests came from, by the remap chain: the device they
+  // were first submitted to (for an LVM snapshot the snapshot itself, not the -real/-cow
+  // layers its 4 KiB chunks pass through). Without remapped requests in the window, the
+  // upper device whose bios are largest.
+  uint64_t best_origin_requests = 0;
   for (const std::string& upper : topology.UpperDevices(disk)) {
     const BlockDevice* device = topology.FindByName(upper);
     if (device == nullptr) continue;
@@ -179,6 +199,17 @@ CollapseEvidence CollapseDetector::Evaluate(const std::string& disk, const Total
     double mean = it != deltas.end() ? Ratio(static_cast<double>(it->second.bio_bytes),
                                              static_cast<double>(it->second.bios))
                                      : 0;
+    auto from = delta.origin_requests.find(upper);
+    const uint64_t origin_requests = from != delta.origin_requests.end() ? from->second : 0;
+    if (origin_requests > 0 || best_origin_requests > 0) {
+      if (origin_requests > best_origin_requests) {
+        best_origin_requests = origin_requests;
+        e.upper = upper;
+        e.upper_mean_bio_bytes = mean;
+        e.upper_request_share = Ratio(static_cast<double>(origin_requests), static_cast<double>(delta.requests));
+      }
+      continue;
+    }
     // With no bios anywhere (yet), name the top of the stack rather than a layer inside it.
     const bool on_top = device->holders.empty();
     const BlockDevice* chosen = e.upper.empty() ? nullptr : topology.FindByName(e.upper);
@@ -211,6 +242,8 @@ std::string CollapseDetector::Describe(bool onset, const std::string& disk, cons
                          " requests/s at most 4 KiB, " + Percent(e.missed_share) + " missed merges, " +
                          Number(e.back_merges_per_second, "%.1f") + " back merges/s, mean request " +
                          Number(e.mean_request_bytes) + " bytes";
+  if (!e.upper.empty() && e.upper_request_share > 0)
+    evidence += ", " + Percent(e.upper_request_share) + " of them remapped from " + e.upper;
   if (!e.upper.empty() && e.upper_mean_bio_bytes > 0)
     evidence += ", " + e.upper + " receives " + Number(e.upper_mean_bio_bytes) + "-byte bios";
   std::string where = disk + (e.upper.empty() ? "" : " (under " + e.upper + ")");

@@ -51,8 +51,11 @@ struct CollapseEvidence {
   double merge_share = 0;
   double back_merges_per_second = 0;
   double mean_request_bytes = 0;
-  std::string upper;                 // the upper device with the largest bios, "" if none
+  // The upper device the disk's requests came from (block_bio_remap chain), or without
+  // remapped requests in the window the one with the largest bios; "" if none.
+  std::string upper;
   double upper_mean_bio_bytes = 0;   // 0 when the upper device received no bios in the window
+  double upper_request_share = 0;    // share of the disk's requests remapped from upper
 };
 
 struct DiskVerdict {
@@ -86,6 +89,7 @@ class CollapseDetector {
   struct Totals {  // cumulative, read and write summed
     uint64_t requests = 0, small_requests = 0, request_bytes = 0, missed = 0, back_merges = 0, merges = 0;
     uint64_t bios = 0, bio_bytes = 0;
+    std::map<std::string, uint64_t> origin_requests;  // requests created here, by remap origin
   };
   struct Sample {
     TimePoint time;

@@ -14,17 +14,20 @@ class DeviceNamer {
  public:
   virtual ~DeviceNamer() = default;
   // The kernel name (nvme0n1, dm-3, loop0), or nullopt if no such device exists now:
-  // series of a removed device must disappear.
-  virtual std::optional<std::string> NameOf(uint32_t major, uint32_t minor) = 0;
+  // series of a removed device must disappear. A non-zero diskseq must also match the
+  // device's current one: a loop device detached and attached again (or a minor reused
+  // by a new disk) is another device, whose predecessor's data must not show.
+  virtual std::optional<std::string> NameOf(uint32_t major, uint32_t minor, uint64_t diskseq = 0) = 0;
 };
 
 // Resolves through <sysfs>/dev/block/M:m. A device seen for the first time is resolved
-// then; each lookup re-reads the symlink (one syscall), so a major:minor reused by
-// another device gets the new name at once. Thread-safe.
+// then; each lookup re-reads the symlink (one syscall) and, for a diskseq, the disk's
+// diskseq file, so a major:minor reused by another device gets the new name at once and
+// its predecessor's data is dropped. Thread-safe.
 class SysfsDeviceNamer final : public DeviceNamer {
  public:
   explicit SysfsDeviceNamer(std::string sysfs_root) : sysfs_root_(std::move(sysfs_root)) {}
-  std::optional<std::string> NameOf(uint32_t major, uint32_t minor) override;
+  std::optional<std::string> NameOf(uint32_t major, uint32_t minor, uint64_t diskseq = 0) override;
 
  private:
   struct Entry {

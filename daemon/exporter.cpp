@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <map>
+#include <tuple>
 #include <utility>
 
 #include "block_ids.h"
@@ -42,8 +43,24 @@ ClientMetric CounterValue(std::vector<ClientMetric::Label> labels, double value)
 
 constexpr double kNanosecond = 1e-9;
 
-const char* const kCounterNames[MW_CNT_MAX] = {"inflight_map_full", "device_map_full",
-                                               "complete_without_issue", "request_without_disk"};
+const char* const kCounterNames[MW_CNT_MAX] = {"inflight_map_full", "device_map_full", "complete_without_issue",
+                                               "request_without_disk", "origin_map_full"};
+
+// One sysfs lookup per device and scrape, however many ops and origins it has.
+class ScrapeNames {
+ public:
+  explicit ScrapeNames(DeviceNamer& namer) : namer_(namer) {}
+  std::optional<std::string> Of(uint32_t major, uint32_t minor, uint64_t diskseq) {
+    auto key = std::make_tuple(major, minor, diskseq);
+    auto it = memo_.find(key);
+    if (it == memo_.end()) it = memo_.emplace(key, namer_.NameOf(major, minor, diskseq)).first;
+    return it->second;
+  }
+
+ private:
+  DeviceNamer& namer_;
+  std::map<std::tuple<uint32_t, uint32_t, uint64_t>, std::optional<std::string>> memo_;
+};
 
 }  // namespace
 
@@ -66,8 +83,9 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
   // (device, op label) -> summed stats; std::map keeps the output order stable.
   std::map<std::pair<std::string, std::string>, mw_dev_stats> by_label;
   std::map<std::pair<uint32_t, uint32_t>, bool> unresolved;
+  ScrapeNames names(namer);
   for (const auto& [key, stats] : snapshot.stats) {
-    std::optional<std::string> name = namer.NameOf(key.major, key.minor);
+    std::optional<std::string> name = names.Of(key.major, key.minor, key.diskseq);
     if (!name) {
       unresolved[{key.major, key.minor}] = true;
       continue;
@@ -131,6 +149,29 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
     }
   }
 
+  MetricFamily remapped = Family("mergewatch_remapped_requests_total",
+                                 "Requests created at the device for bios first submitted to origin, a device "
+                                 "stacked above it (block_bio_remap chain): which dm/md device its requests come from.",
+                                 MetricType::Counter);
+  MetricFamily remapped_missed = Family("mergewatch_remapped_missed_merges_total",
+                                        "Of mergewatch_remapped_requests_total, the requests that were missed merges.",
+                                        MetricType::Counter);
+  std::map<std::tuple<std::string, std::string, std::string>, mw_origin_stats> by_origin;
+  for (const auto& [key, stats] : snapshot.origins) {
+    std::optional<std::string> device = names.Of(key.major, key.minor, key.diskseq);
+    std::optional<std::string> origin = names.Of(key.origin_major, key.origin_minor, 0);
+    if (!device || !origin) continue;
+    mw_origin_stats& total = by_origin[{*device, *origin, OpLabel(key.op)}];
+    total.requests += stats.requests;
+    total.missed_merges += stats.missed_merges;
+  }
+  for (const auto& [labels, stats] : by_origin) {
+    std::vector<ClientMetric::Label> l = {
+        {"device", std::get<0>(labels)}, {"origin", std::get<1>(labels)}, {"op", std::get<2>(labels)}};
+    remapped.metric.push_back(CounterValue(l, static_cast<double>(stats.requests)));
+    remapped_missed.metric.push_back(CounterValue(l, static_cast<double>(stats.missed_merges)));
+  }
+
   MetricFamily build = Family("mergewatch_build_info", "Version of mergewatchd and the kernel it runs on.",
                               MetricType::Gauge);
   build.metric.push_back(GaugeValue({{"version", status.version}, {"kernel", status.kernel_release}}, 1));
@@ -162,8 +203,8 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
   unresolved_family.metric.push_back(GaugeValue({}, static_cast<double>(unresolved.size())));
 
   std::vector<MetricFamily> families;
-  for (MetricFamily* f : {&size, &latency, &queue_latency, &bio_size, &merges, &missed, &build, &programs, &events,
-                          &capacity, &unresolved_family})
+  for (MetricFamily* f : {&size, &latency, &queue_latency, &bio_size, &merges, &missed, &remapped, &remapped_missed,
+                          &build, &programs, &events, &capacity, &unresolved_family})
     families.push_back(std::move(*f));
   return families;
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <tuple>
+#include <vector>
 
 #include "mergewatch/abi.h"
 
@@ -16,18 +17,41 @@ namespace mergewatch {
 struct DevOpKey {
   uint32_t major = 0;
   uint32_t minor = 0;
-  uint32_t op = 0;  // raw REQ_OP_*
+  uint32_t op = 0;       // raw REQ_OP_*
+  uint64_t diskseq = 0;  // which incarnation of major:minor; 0 if the kernel has none (< 5.15)
   bool operator<(const DevOpKey& o) const {
-    return std::tie(major, minor, op) < std::tie(o.major, o.minor, o.op);
+    return std::tie(major, minor, op, diskseq) < std::tie(o.major, o.minor, o.op, o.diskseq);
   }
   bool operator==(const DevOpKey& o) const {
-    return major == o.major && minor == o.minor && op == o.op;
+    return major == o.major && minor == o.minor && op == o.op && diskseq == o.diskseq;
+  }
+};
+
+// Requests created at disk major:minor for bios first submitted to origin (block_bio_remap chain).
+struct OriginKey {
+  uint32_t major = 0;
+  uint32_t minor = 0;
+  uint32_t origin_major = 0;
+  uint32_t origin_minor = 0;
+  uint32_t op = 0;
+  uint64_t diskseq = 0;  // of the disk
+  bool operator<(const OriginKey& o) const {
+    return std::tie(major, minor, origin_major, origin_minor, op, diskseq) <
+           std::tie(o.major, o.minor, o.origin_major, o.origin_minor, o.op, o.diskseq);
   }
 };
 
 struct Snapshot {
   std::map<DevOpKey, mw_dev_stats> stats;
+  std::map<OriginKey, mw_origin_stats> origins;
   std::array<uint64_t, MW_CNT_MAX> event_counts{};
+};
+
+// Keys of devices that no longer exist (or whose major:minor now belongs to a newer disk).
+struct StaleKeys {
+  std::vector<DevOpKey> stats;
+  std::vector<OriginKey> origins;
+  bool empty() const { return stats.empty() && origins.empty(); }
 };
 
 // Adds every counter of `from` into `into` (per-CPU values, or ops that share a label).
@@ -38,6 +62,9 @@ class SnapshotSource {
  public:
   virtual ~SnapshotSource() = default;
   virtual Snapshot Read() = 0;
+  // Drops the data of removed devices for good, so a number reused later starts from zero
+  // and the maps do not fill up with the dead.
+  virtual void Forget(const StaleKeys& keys) = 0;
 };
 
 }  // namespace mergewatch

@@ -67,7 +67,8 @@ std::vector<MetricFamily> CollapseFamilies(const std::vector<DiskVerdict>& verdi
   MetricFamily collapse = GaugeFamily(
       "mergewatch_merge_collapse",
       "1 while the disk dispatches small requests one by one that could have been merged (after "
-      "--collapse.raise-after), 0 otherwise. upper is the stacked device with the largest bios, or empty.");
+      "--collapse.raise-after), 0 otherwise. upper is the stacked device the disk's requests came from "
+      "(block_bio_remap), else the one with the largest bios, or empty.");
   MetricFamily condition = GaugeFamily("mergewatch_collapse_condition",
                                        "1 while the collapse pattern holds over the current window, before hysteresis.");
   MetricFamily rate = GaugeFamily("mergewatch_collapse_requests_per_second",
@@ -82,6 +83,9 @@ std::vector<MetricFamily> CollapseFamilies(const std::vector<DiskVerdict>& verdi
                                    "Mean size of the requests the disk dispatched over the window.");
   MetricFamily upper = GaugeFamily("mergewatch_collapse_upper_bio_bytes",
                                    "Mean size of the bios the upper device received over the window.");
+  MetricFamily upper_share = GaugeFamily("mergewatch_collapse_upper_request_ratio",
+                                         "Share of the disk's requests over the window that were remapped from "
+                                         "the upper device (block_bio_remap chain).");
   for (const DiskVerdict& v : verdicts) {
     const CollapseEvidence& e = v.evidence;
     AddGauge(&collapse, {{"device", v.device}, {"upper", v.upper}}, v.raised ? 1 : 0);
@@ -91,9 +95,12 @@ std::vector<MetricFamily> CollapseFamilies(const std::vector<DiskVerdict>& verdi
     AddGauge(&missed, {{"device", v.device}}, e.missed_share);
     AddGauge(&merges, {{"device", v.device}}, e.back_merges_per_second);
     AddGauge(&lower, {{"device", v.device}}, e.mean_request_bytes);
-    if (!e.upper.empty()) AddGauge(&upper, {{"device", v.device}, {"upper", e.upper}}, e.upper_mean_bio_bytes);
+    if (!e.upper.empty()) {
+      AddGauge(&upper, {{"device", v.device}, {"upper", e.upper}}, e.upper_mean_bio_bytes);
+      AddGauge(&upper_share, {{"device", v.device}, {"upper", e.upper}}, e.upper_request_share);
+    }
   }
-  return {collapse, condition, rate, small, missed, merges, lower, upper};
+  return {collapse, condition, rate, small, missed, merges, lower, upper, upper_share};
 }
 
 void StateCollector::Publish(std::shared_ptr<const Topology> topology, std::vector<DiskVerdict> verdicts) {

@@ -370,6 +370,14 @@ std::optional<BlockDevice> ReadDevice(const SysfsTree& tree, const std::string& 
   device.minor = dev_number->second;
   device.name = Basename(rel);
   device.is_partition = tree.Exists(rel + "/partition");
+  if (!device.is_partition) {
+    const std::optional<std::string> seq = tree.ReadAttr(rel + "/diskseq");
+    if (seq) {
+      const auto value = ParseDecimal<uint64_t>(*seq, 0, std::numeric_limits<uint64_t>::max());
+      if (value) device.diskseq = *value;
+      else tree.Warn(rel + "/diskseq", "malformed value \"" + *seq + "\"");
+    }
+  }
   const std::string disk_rel = device.is_partition ? Dirname(rel) : rel;
   device.disk = Basename(disk_rel);
   device.kind = Classify(tree, disk_rel);

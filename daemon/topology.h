@@ -43,6 +43,9 @@ struct BlockDevice {
   uint32_t minor = 0;
   std::string name;  // kernel name: nvme1n1, nvme1n1p2, dm-3, loop0, sda, md0
   bool is_partition = false;
+  // The disk's diskseq (v5.15+): which incarnation of this major:minor. 0 for partitions
+  // and on kernels without it. Not part of Dump(): it changes on every loop attach.
+  uint64_t diskseq = 0;
   std::string disk;  // whole-disk name; == name unless is_partition
   // Decided from sysfs shape (resolved path, dm/ md/ loop/ dirs,
   // device/scsi_device), never from the major: 259 is shared by many drivers

@@ -37,17 +37,47 @@
 
 /* Bounds of the maps; the in-flight map size can be changed at load time. */
 #define MW_MAX_DEV_OP_KEYS 8192
+#define MW_MAX_ORIGIN_KEYS 4096
+/* Remapped bios waiting for their request: the chain's last hop per (device, sector). */
+#define MW_REMAP_ENTRIES 16384
 #define MW_DEFAULT_INFLIGHT_ENTRIES 16384
 
 /* REQ_OP_MASK: the low 8 bits of cmd_flags / bi_opf hold the operation since v4.10. */
 #define MW_REQ_OP_MASK 0xffu
 
-/* Per device and operation. major/minor are kept apart to avoid the two dev_t encodings. */
+/*
+ * Per device and operation. major/minor are kept apart to avoid the two dev_t encodings.
+ * diskseq (v5.15+, 0 before) tells a re-created device apart from the one that had its
+ * major:minor before: a reused loop minor starts from zero, and the daemon drops the
+ * keys whose diskseq no longer matches sysfs.
+ */
 struct mw_dev_key {
 	__u32 major;
 	__u32 minor;
 	__u32 op; /* raw REQ_OP_* value; the daemon maps it to a label */
 	__u32 pad;
+	__u64 diskseq;
+};
+
+/*
+ * Requests created at a disk (block_getrq) for bios that a stacking driver remapped
+ * there (block_bio_remap chain): which upper device the disk's requests come from.
+ * origin is the top of the chain, the device the bio was first submitted to (dm-3 for a
+ * read of an LVM snapshot, not the dm-1 -real layer it passed through).
+ */
+struct mw_origin_key {
+	__u32 major; /* the disk the request was created at */
+	__u32 minor;
+	__u32 origin_major;
+	__u32 origin_minor;
+	__u32 op;
+	__u32 pad;
+	__u64 diskseq; /* of the disk, as in mw_dev_key */
+};
+
+struct mw_origin_stats {
+	__u64 requests;
+	__u64 missed_merges; /* of those requests, how many were a missed merge */
 };
 
 struct mw_dev_stats {
@@ -78,7 +108,8 @@ struct mw_dev_stats {
 #define MW_CNT_STATS_FULL 1        /* a device/op could not get a stats slot: too many devices */
 #define MW_CNT_COMPLETE_UNMATCHED 2 /* completion of a request issued before attach (or dropped) */
 #define MW_CNT_NO_DISK 3           /* request without a gendisk (passthrough), not attributed */
-#define MW_CNT_MAX 4
+#define MW_CNT_ORIGIN_FULL 4       /* a remapped request could not be attributed: too many origins */
+#define MW_CNT_MAX 5
 
 /* In-flight request state, keyed by the struct request pointer. */
 struct mw_inflight {
@@ -115,13 +146,15 @@ static __always_inline __u32 mw_hist_slot(__u64 v, __u32 min_shift, __u32 slots)
 }
 
 #ifdef __cplusplus
-static_assert(sizeof(struct mw_dev_key) == 16, "mw_dev_key layout");
+static_assert(sizeof(struct mw_dev_key) == 24, "mw_dev_key layout");
+static_assert(sizeof(struct mw_origin_key) == 32, "mw_origin_key layout");
 static_assert(sizeof(struct mw_inflight) == 16, "mw_inflight layout");
 static_assert(sizeof(struct mw_dev_stats) ==
 		      8 * (2 * (MW_SIZE_SLOTS + 1) + 2 * (MW_LAT_SLOTS + 1) + 3),
 	      "mw_dev_stats has no padding");
 #else
-_Static_assert(sizeof(struct mw_dev_key) == 16, "mw_dev_key layout");
+_Static_assert(sizeof(struct mw_dev_key) == 24, "mw_dev_key layout");
+_Static_assert(sizeof(struct mw_origin_key) == 32, "mw_origin_key layout");
 _Static_assert(sizeof(struct mw_inflight) == 16, "mw_inflight layout");
 _Static_assert(sizeof(struct mw_dev_stats) ==
 		       8 * (2 * (MW_SIZE_SLOTS + 1) + 2 * (MW_LAT_SLOTS + 1) + 3),

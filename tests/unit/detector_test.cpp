@@ -40,6 +40,9 @@ struct Load {
   uint64_t back_merges = 0;
   uint64_t upper_bios = 0;
   uint64_t upper_bio_bytes = 0;
+  uint64_t remapped_from_dm3 = 0;    // requests the remap chain attributes to dm-3
+  uint64_t dm4_bios = 0;             // bios of another LV on the same disk
+  uint64_t dm4_bio_bytes = 0;
 };
 
 class Feeder {
@@ -62,6 +65,12 @@ class Feeder {
         upper.bio_size_slots[mw_hist_slot(load.upper_bio_bytes, MW_SIZE_MIN_SHIFT, MW_SIZE_SLOTS)] += load.upper_bios;
         upper.bio_size_sum_bytes += load.upper_bios * load.upper_bio_bytes;
       }
+      if (load.dm4_bios > 0) {
+        mw_dev_stats& other = snapshot_.stats[{kDmMajor, 4, 0}];
+        other.bio_size_slots[mw_hist_slot(load.dm4_bio_bytes, MW_SIZE_MIN_SHIFT, MW_SIZE_SLOTS)] += load.dm4_bios;
+        other.bio_size_sum_bytes += load.dm4_bios * load.dm4_bio_bytes;
+      }
+      if (load.remapped_from_dm3 > 0) snapshot_.origins[{major_, minor_, kDmMajor, 3, 0}].requests += load.remapped_from_dm3;
       for (CollapseEvent& e : detector_.Update(now_, snapshot_, topology_)) events.push_back(std::move(e));
       raised_history_.push_back(Raised());
     }
@@ -204,6 +213,58 @@ TEST(CollapseDetector, DmDevicePassingSmallBiosThroughIsNotTheSnapshotPattern) {
   linear.upper_bios = 6400;  // the reader itself sent 4 KiB bios
   linear.upper_bio_bytes = 4096;
   EXPECT_TRUE(f.Run(20, linear).empty());
+}
+
+// Two LVs on one disk: the snapshot dm-3 (via dm-0) and dm-4, which receives even larger
+// bios. The remap chain says the small requests come from dm-3: the alert names dm-3.
+TEST(CollapseDetector, NamesTheUpperDeviceTheRequestsCameFrom) {
+  CollapsePolicy policy;
+  policy.raise_after = seconds(2);
+  Topology stack = SnapshotStack(2);
+  std::vector<BlockDevice> devices = stack.devices();
+  for (BlockDevice& d : devices)
+    if (d.name == "nvme1n1") d.holders = {"dm-0", "dm-4"};
+  BlockDevice other = Disk("dm-4", DeviceKind::kDm, kDmMajor, 4, 0);
+  other.slaves = {"nvme1n1"};
+  devices.push_back(other);
+  Feeder f(policy, Topology::FromDevices(devices), kNvmeMajor, 0);
+  Load incident = kCollapsed;
+  incident.upper_bios = 100;
+  incident.upper_bio_bytes = 262144;
+  incident.dm4_bios = 50;
+  incident.dm4_bio_bytes = 1 << 20;
+  incident.remapped_from_dm3 = 6400;
+  std::vector<CollapseEvent> events = f.Run(10, incident);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].upper, "dm-3");
+  EXPECT_NE(events[0].message.find("100% of them remapped from dm-3"), std::string::npos) << events[0].message;
+  EXPECT_DOUBLE_EQ(f.Verdict().evidence.upper_request_share, 1.0);
+
+  // Without the remap chain the largest bios would have named dm-4.
+  Feeder guess(policy, Topology::FromDevices(devices), kNvmeMajor, 0);
+  incident.remapped_from_dm3 = 0;
+  guess.Run(10, incident);
+  EXPECT_EQ(guess.Verdict().upper, "dm-4");
+}
+
+// A loop minor detached and attached again is a new disk (new diskseq): the detector must
+// not judge it by what its predecessor did.
+TEST(CollapseDetector, IgnoresDataOfAPreviousIncarnationOfTheMinor) {
+  BlockDevice loop = Disk("loop0", DeviceKind::kLoop, kLoopMajor, 0, 2);
+  loop.diskseq = 8;
+  CollapseDetector detector(LoopPolicy());
+  Topology topology = Topology::FromDevices({loop});
+  Snapshot snapshot;
+  TimePoint now{};
+  for (int i = 0; i < 10; ++i) {
+    now += seconds(1);
+    mw_dev_stats& old = snapshot.stats[{kLoopMajor, 0, 0, 7}];  // the detached predecessor
+    old.size_slots[mw_hist_slot(4096, MW_SIZE_MIN_SHIFT, MW_SIZE_SLOTS)] += 6400;
+    old.size_sum_bytes += 6400 * 4096;
+    old.missed_merges += 6300;
+    EXPECT_TRUE(detector.Update(now, snapshot, topology).empty());
+  }
+  EXPECT_TRUE(detector.Verdicts().empty());
 }
 
 TEST(CollapseDetector, ClearsWhenTheDeviceDisappears) {

@@ -14,9 +14,12 @@ namespace {
 class FakeNamer final : public DeviceNamer {
  public:
   std::map<std::pair<uint32_t, uint32_t>, std::string> names;
-  std::optional<std::string> NameOf(uint32_t major, uint32_t minor) override {
+  std::map<std::pair<uint32_t, uint32_t>, uint64_t> diskseqs;  // current incarnation, where known
+  std::optional<std::string> NameOf(uint32_t major, uint32_t minor, uint64_t diskseq) override {
     auto it = names.find({major, minor});
     if (it == names.end()) return std::nullopt;
+    auto seq = diskseqs.find({major, minor});
+    if (diskseq != 0 && seq != diskseqs.end() && seq->second != diskseq) return std::nullopt;
     return it->second;
   }
 };
@@ -45,6 +48,10 @@ Snapshot IncidentSnapshot() {
   AddRequests(&snap.stats[{259, 0, 7}], 4096, 3, 5000);
   // A device that is gone from sysfs: not exported.
   AddRequests(&snap.stats[{7, 12, 0}], 4096, 10, 5000);
+  // The remap chain: the snapshot's 4 KiB pieces became requests at the disk.
+  snap.origins[{259, 0, 253, 3, 0}] = mw_origin_stats{16385, 16000};
+  // Remapped from a device that is gone: not exported.
+  snap.origins[{259, 0, 253, 9, 0}] = mw_origin_stats{5, 0};
   snap.event_counts[MW_CNT_COMPLETE_UNMATCHED] = 4;
   return snap;
 }
@@ -106,6 +113,33 @@ TEST(Exporter, BioBasedDevicesExportBioSizesOnly) {
   EXPECT_NE(text.find("mergewatch_bio_size_bytes_bucket{device=\"dm-3\",op=\"read\",le=\"262144\"} 256"),
             std::string::npos);
   EXPECT_EQ(text.find("mergewatch_request_size_bytes_count{device=\"dm-3\""), std::string::npos);
+}
+
+// loop7 was detached and attached again: the old incarnation's keys (diskseq 41) must not
+// show under the name, the new one's (42) must.
+TEST(Exporter, DataOfAPreviousIncarnationOfTheMinorIsNotExported) {
+  Snapshot snap;
+  AddRequests(&snap.stats[{7, 7, 0, 41}], 4096, 1000, 5000);
+  AddRequests(&snap.stats[{7, 7, 0, 42}], 4096, 3, 5000);
+  FakeNamer namer;
+  namer.names = {{{7, 7}, "loop7"}};
+  namer.diskseqs = {{{7, 7}, 42}};
+  std::string text = prometheus::TextSerializer().Serialize(BuildMetricFamilies(snap, namer, DaemonStatus{}));
+  EXPECT_NE(text.find("mergewatch_request_size_bytes_count{device=\"loop7\",op=\"read\"} 3\n"), std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("} 1000\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("mergewatch_unresolved_devices 1\n"), std::string::npos) << text;
+}
+
+TEST(Exporter, RemappedRequestsNameTheOriginDevice) {
+  std::string text = Expose(IncidentSnapshot());
+  EXPECT_NE(text.find("mergewatch_remapped_requests_total{device=\"nvme1n1\",origin=\"dm-3\",op=\"read\"} 16385\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(
+      text.find("mergewatch_remapped_missed_merges_total{device=\"nvme1n1\",origin=\"dm-3\",op=\"read\"} 16000\n"),
+      std::string::npos);
+  EXPECT_EQ(text.find("origin=\"dm-9\""), std::string::npos);
 }
 
 TEST(Log2Histogram, CumulatesAndCountsTheOverflowOnlyInInf) {

@@ -112,6 +112,14 @@ def test_nomerges_2_snapshot_read_raises_collapse_naming_the_snapshot(vm_run):
     assert c.delta("mergewatch_bio_merges_total", device=DISK, op="read", kind="back") == 0
     assert c.delta("mergewatch_missed_merges_total", device=DISK, op="read") >= 0.9 * count
     assert f"merge collapse on {DISK} (under {snapshot})" in c.log
+    # The block_bio_remap chain (snapshot -> its -real layer -> the disk) attributes the
+    # disk's requests to the snapshot itself, not to the layer they passed through.
+    remapped = c.delta("mergewatch_remapped_requests_total", device=DISK, origin=snapshot, op="read")
+    assert remapped >= 0.9 * count, (remapped, count, find(c.after, "mergewatch_remapped_requests_total"))
+    real = c.dm_device("vg0-origin-real")
+    assert c.delta("mergewatch_remapped_requests_total", device=DISK, origin=real, op="read") == 0
+    assert c.delta("mergewatch_remapped_missed_merges_total", device=DISK, origin=snapshot, op="read") >= 0.9 * count
+    assert f"% of them remapped from {snapshot}" in c.log
     assert f"nomerges=2 on {DISK}" in c.log and f"echo 0 > /sys/block/{DISK}/queue/nomerges" in c.log
 
 
@@ -141,3 +149,6 @@ def test_origin_read_is_recorded(vm_run):
           f"collapse={c.collapse()}")
     assert count > 0 and total / count >= 128 * 1024
     assert set(c.collapse().values()) == {0.0}
+    origin = c.dm_device("vg0-origin")
+    remapped = c.delta("mergewatch_remapped_requests_total", device=DISK, origin=origin, op="read")
+    assert remapped >= 0.9 * count, (remapped, count, find(c.after, "mergewatch_remapped_requests_total"))
