@@ -2,9 +2,12 @@
 /*
  * CO-RE shims for kernel struct changes, each chosen at load time from the running
  * kernel's BTF (bpf_core_field_exists), never from a version number.
+ *
+ * Included by handlers.bpf.h once per program flavor: the types once, the functions per
+ * flavor (MW_FN names them, MW_READ reads).
  */
-#ifndef MERGEWATCH_CORE_FIXES_BPF_H
-#define MERGEWATCH_CORE_FIXES_BPF_H
+#ifndef MERGEWATCH_CORE_FIXES_TYPES
+#define MERGEWATCH_CORE_FIXES_TYPES
 
 #include <bpf/bpf_core_read.h>
 
@@ -16,55 +19,15 @@ struct request___with_rq_disk {
 	struct gendisk *rq_disk;
 } __attribute__((preserve_access_index));
 
-static __always_inline struct gendisk *mw_rq_disk(struct request *rq)
-{
-	struct request___with_rq_disk *old = (void *)rq;
-
-	if (bpf_core_field_exists(old->rq_disk))
-		return BPF_CORE_READ(old, rq_disk);
-	return BPF_CORE_READ(rq, q, disk);
-}
-
 /*
- * v5.12 moved the disk from bio->bi_disk to bio->bi_bdev->bd_disk.
+ * v5.12 moved the disk from bio->bi_disk to bio->bi_bdev->bd_disk, and the partition
+ * number bi_partno went with it (partition minors were first_minor + partno then).
  * commit 309dca309fc3 ("block: store a block_device pointer in struct bio")
  */
 struct bio___with_bi_disk {
 	struct gendisk *bi_disk;
-} __attribute__((preserve_access_index));
-
-static __always_inline struct gendisk *mw_bio_disk(struct bio *bio)
-{
-	struct bio___with_bi_disk *old = (void *)bio;
-
-	if (bpf_core_field_exists(old->bi_disk))
-		return BPF_CORE_READ(old, bi_disk);
-	return BPF_CORE_READ(bio, bi_bdev, bd_disk);
-}
-
-/* The kernel's dev_t encoding (MKDEV in include/linux/kdev_t.h), as tracepoints pass it. */
-#define MW_MINORBITS 20
-#define MW_MKDEV(ma, mi) (((__u32)(ma) << MW_MINORBITS) | (__u32)(mi))
-
-/*
- * The dev_t of the block device (partition or whole disk) a bio is addressed to.
- * Before v5.12 the bio held the disk and a partition number instead of a bdev
- * (commit 309dca309fc3, above); partition minors were first_minor + partno then.
- */
-struct bio___with_bi_partno {
-	struct gendisk *bi_disk;
 	__u8 bi_partno;
 } __attribute__((preserve_access_index));
-
-static __always_inline __u32 mw_bio_devt(struct bio *bio)
-{
-	struct bio___with_bi_partno *old = (void *)bio;
-
-	if (bpf_core_field_exists(old->bi_disk))
-		return MW_MKDEV(BPF_CORE_READ(old, bi_disk, major),
-				BPF_CORE_READ(old, bi_disk, first_minor) + BPF_CORE_READ(old, bi_partno));
-	return BPF_CORE_READ(bio, bi_bdev, bd_dev);
-}
 
 /*
  * v5.15 numbers every disk ever created (gendisk->diskseq), so a re-created device that
@@ -75,13 +38,46 @@ struct gendisk___with_diskseq {
 	__u64 diskseq;
 } __attribute__((preserve_access_index));
 
-static __always_inline __u64 mw_disk_seq(struct gendisk *disk)
+/* The kernel's dev_t encoding (MKDEV in include/linux/kdev_t.h), as tracepoints pass it. */
+#define MW_MINORBITS 20
+#define MW_MKDEV(ma, mi) (((__u32)(ma) << MW_MINORBITS) | (__u32)(mi))
+
+#endif /* MERGEWATCH_CORE_FIXES_TYPES */
+
+static __always_inline struct gendisk *MW_FN(mw_rq_disk)(struct request *rq)
+{
+	struct request___with_rq_disk *old = (void *)rq;
+
+	if (bpf_core_field_exists(old->rq_disk))
+		return MW_READ(old, rq_disk);
+	return MW_READ(rq, q, disk);
+}
+
+static __always_inline struct gendisk *MW_FN(mw_bio_disk)(struct bio *bio)
+{
+	struct bio___with_bi_disk *old = (void *)bio;
+
+	if (bpf_core_field_exists(old->bi_disk))
+		return MW_READ(old, bi_disk);
+	return MW_READ(bio, bi_bdev, bd_disk);
+}
+
+/* The dev_t of the block device (partition or whole disk) a bio is addressed to. */
+static __always_inline __u32 MW_FN(mw_bio_devt)(struct bio *bio)
+{
+	struct bio___with_bi_disk *old = (void *)bio;
+
+	if (bpf_core_field_exists(old->bi_disk))
+		return MW_MKDEV(MW_READ(old, bi_disk, major),
+				MW_READ(old, bi_disk, first_minor) + MW_READ(old, bi_partno));
+	return MW_READ(bio, bi_bdev, bd_dev);
+}
+
+static __always_inline __u64 MW_FN(mw_disk_seq)(struct gendisk *disk)
 {
 	struct gendisk___with_diskseq *d = (void *)disk;
 
 	if (bpf_core_field_exists(d->diskseq))
-		return BPF_CORE_READ(d, diskseq);
+		return MW_READ(d, diskseq);
 	return 0;
 }
-
-#endif /* MERGEWATCH_CORE_FIXES_BPF_H */

@@ -14,7 +14,15 @@
 #include <bpf/bpf_core_read.h>
 
 #include "mergewatch/abi.h"
-#include "core_fixes.bpf.h"
+/* MW_DIRECT_READ(src, a, b, c) is src->a->b->c: BPF_CORE_READ's spelling for plain loads. */
+#define MW_NARG(...) MW_NARG_(__VA_ARGS__, 5, 4, 3, 2, 1, 0)
+#define MW_NARG_(_1, _2, _3, _4, _5, N, ...) N
+#define MW_CONCAT(a, b) MW_CONCAT_(a, b)
+#define MW_CONCAT_(a, b) a##b
+#define MW_ARROW2(s, a) ((s)->a)
+#define MW_ARROW3(s, a, b) ((s)->a->b)
+#define MW_ARROW4(s, a, b, c) ((s)->a->b->c)
+#define MW_DIRECT_READ(...) MW_CONCAT(MW_ARROW, MW_NARG(__VA_ARGS__))(__VA_ARGS__)
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -117,30 +125,6 @@ static __always_inline void count_event(__u32 idx)
 		(*cnt)++;
 }
 
-static __always_inline struct mw_dev_stats *stats_for(struct gendisk *disk, __u32 op)
-{
-	struct mw_dev_key key = {};
-	struct mw_dev_stats *stats;
-
-	if (!disk) {
-		count_event(MW_CNT_NO_DISK);
-		return NULL;
-	}
-	key.major = BPF_CORE_READ(disk, major);
-	key.minor = BPF_CORE_READ(disk, first_minor);
-	key.op = op & MW_REQ_OP_MASK;
-	key.diskseq = mw_disk_seq(disk);
-	stats = bpf_map_lookup_elem(&dev_stats, &key);
-	if (stats)
-		return stats;
-	/* EEXIST from a racing CPU is fine: the lookup below finds its entry. */
-	bpf_map_update_elem(&dev_stats, &key, &zero_stats, BPF_NOEXIST);
-	stats = bpf_map_lookup_elem(&dev_stats, &key);
-	if (!stats)
-		count_event(MW_CNT_STATS_FULL);
-	return stats;
-}
-
 static __always_inline void hist_add(__u64 *slots, __u64 *sum, __u64 value, __u32 min_shift,
 				     __u32 nslots)
 {
@@ -157,240 +141,19 @@ static __always_inline void hist_add(__u64 *slots, __u64 *sum, __u64 value, __u3
 	*sum += value;
 }
 
-/*
- * Called for each new request (block_getrq): true if the bio continues the pending
- * request of its queue, same operation, and the run would still fit the queue's limits.
- */
-static __always_inline bool missed_merge(struct bio *bio, struct request_queue *q, __u32 op)
-{
-	struct pending_request *pending, fresh = {};
-	__u64 key = (__u64)q, sector;
-	__u32 sectors, segments;
+/* tp_btf: typed arguments, direct loads */
+#define MW_FN(name) name##_btf
+#define MW_READ MW_DIRECT_READ
+#include "handlers.bpf.h"
+#undef MW_FN
+#undef MW_READ
 
-	sector = BPF_CORE_READ(bio, bi_iter.bi_sector);
-	sectors = BPF_CORE_READ(bio, bi_iter.bi_size) >> 9;
-	segments = BPF_CORE_READ(bio, bi_vcnt);
-	pending = bpf_map_lookup_elem(&pending_requests, &key);
-	if (pending && !pending->issued && pending->op == op && pending->end_sector == sector &&
-	    pending->run_sectors + sectors <= BPF_CORE_READ(q, limits.max_sectors) &&
-	    pending->run_segments + segments <= BPF_CORE_READ(q, limits.max_segments)) {
-		pending->start_sector = sector;
-		pending->end_sector = sector + sectors;
-		pending->run_sectors += sectors;
-		pending->run_segments += segments;
-		return true;
-	}
-	fresh.start_sector = sector;
-	fresh.end_sector = sector + sectors;
-	fresh.op = op;
-	fresh.run_sectors = sectors;
-	fresh.run_segments = segments;
-	bpf_map_update_elem(&pending_requests, &key, &fresh, BPF_ANY);
-	return false;
-}
-
-/* The pending request of its queue went to the driver: nothing can merge into it now. */
-static __always_inline void mark_dispatched(struct request *rq)
-{
-	struct pending_request *pending;
-	__u64 key = (__u64)BPF_CORE_READ(rq, q);
-
-	pending = bpf_map_lookup_elem(&pending_requests, &key);
-	if (pending && pending->start_sector == BPF_CORE_READ(rq, __sector))
-		pending->issued = 1;
-}
-
-static __always_inline int handle_rq_insert(struct request *rq)
-{
-	struct mw_inflight *inf, fresh = {};
-	__u64 key = (__u64)rq;
-
-	inf = bpf_map_lookup_elem(&inflight, &key);
-	if (inf) {
-		inf->insert_ns = bpf_ktime_get_ns();
-		inf->issue_ns = 0;
-		return 0;
-	}
-	fresh.insert_ns = bpf_ktime_get_ns();
-	if (bpf_map_update_elem(&inflight, &key, &fresh, BPF_ANY))
-		count_event(MW_CNT_INFLIGHT_FULL);
-	return 0;
-}
-
-static __always_inline int handle_rq_issue(struct request *rq)
-{
-	struct mw_dev_stats *stats;
-	struct mw_inflight *inf, fresh = {};
-	__u64 key = (__u64)rq, now;
-	__u32 op, bytes;
-
-	op = BPF_CORE_READ(rq, cmd_flags) & MW_REQ_OP_MASK;
-	bytes = BPF_CORE_READ(rq, __data_len);
-	stats = stats_for(mw_rq_disk(rq), op);
-	if (!stats)
-		return 0;
-	hist_add(stats->size_slots, &stats->size_sum_bytes, bytes, MW_SIZE_MIN_SHIFT, MW_SIZE_SLOTS);
-	mark_dispatched(rq);
-
-	now = bpf_ktime_get_ns();
-	inf = bpf_map_lookup_elem(&inflight, &key);
-	if (inf) {
-		if (inf->insert_ns && now >= inf->insert_ns)
-			hist_add(stats->queue_latency_slots, &stats->queue_latency_sum_ns,
-				 now - inf->insert_ns, MW_LAT_MIN_SHIFT, MW_LAT_SLOTS);
-		inf->insert_ns = 0;
-		inf->issue_ns = now;
-		return 0;
-	}
-	fresh.issue_ns = now;
-	if (bpf_map_update_elem(&inflight, &key, &fresh, BPF_ANY))
-		count_event(MW_CNT_INFLIGHT_FULL);
-	return 0;
-}
-
-static __always_inline int handle_rq_complete(struct request *rq, __u32 nr_bytes)
-{
-	struct mw_dev_stats *stats;
-	struct mw_inflight *inf;
-	__u64 key = (__u64)rq, now, issue_ns;
-	__u32 op;
-
-	inf = bpf_map_lookup_elem(&inflight, &key);
-	if (!inf) {
-		count_event(MW_CNT_COMPLETE_UNMATCHED);
-		return 0;
-	}
-	/* Partial completions fire too (nr_bytes < remaining bytes): wait for the last one. */
-	if (nr_bytes < BPF_CORE_READ(rq, __data_len))
-		return 0;
-	issue_ns = inf->issue_ns;
-	bpf_map_delete_elem(&inflight, &key);
-	if (!issue_ns)
-		return 0;
-	now = bpf_ktime_get_ns();
-	if (now < issue_ns)
-		return 0;
-	op = BPF_CORE_READ(rq, cmd_flags) & MW_REQ_OP_MASK;
-	stats = stats_for(mw_rq_disk(rq), op);
-	if (stats)
-		hist_add(stats->latency_slots, &stats->latency_sum_ns, now - issue_ns,
-			 MW_LAT_MIN_SHIFT, MW_LAT_SLOTS);
-	return 0;
-}
-
-static __always_inline int handle_bio_merge(struct bio *bio, bool back)
-{
-	struct mw_dev_stats *stats;
-
-	stats = stats_for(mw_bio_disk(bio), BPF_CORE_READ(bio, bi_opf));
-	if (!stats)
-		return 0;
-	if (back)
-		stats->back_merges++;
-	else
-		stats->front_merges++;
-	return 0;
-}
-
-/* Only bio-based devices (dm, md: no blk-mq ops): request-based ones are counted per request. */
-static __always_inline int handle_bio_queue(struct bio *bio)
-{
-	struct gendisk *disk = mw_bio_disk(bio);
-	struct mw_dev_stats *stats;
-	__u32 bytes;
-
-	if (!disk || BPF_CORE_READ(disk, queue, mq_ops))
-		return 0;
-	stats = stats_for(disk, BPF_CORE_READ(bio, bi_opf));
-	if (!stats)
-		return 0;
-	bytes = BPF_CORE_READ(bio, bi_iter.bi_size);
-	hist_add(stats->bio_size_slots, &stats->bio_size_sum_bytes, bytes, MW_SIZE_MIN_SHIFT,
-		 MW_SIZE_SLOTS);
-	return 0;
-}
-
-/*
- * A stacking driver (dm, md, NVMe multipath) sent the bio on from `from_devt`. Partition
- * remaps (the bio keeps its bdev: from == to) start no chain of their own, but pass an
- * existing one on, since a dm target may sit on a partition.
- */
-static __always_inline int handle_bio_remap(struct bio *bio, __u32 from_devt, __u64 from_sector)
-{
-	struct remap_key from = { .devt = from_devt, .sector = from_sector }, to = {};
-	__u32 *chained, origin;
-
-	to.devt = mw_bio_devt(bio);
-	to.sector = BPF_CORE_READ(bio, bi_iter.bi_sector);
-	chained = bpf_map_lookup_elem(&remap_origin, &from);
-	if (chained) {
-		origin = *chained;
-		bpf_map_delete_elem(&remap_origin, &from);
-	} else if (from_devt != to.devt) {
-		origin = from_devt;
-	} else {
-		return 0;
-	}
-	bpf_map_update_elem(&remap_origin, &to, &origin, BPF_ANY);
-	remaps_seen = 1;
-	return 0;
-}
-
-/* The new request's first bio came down a remap chain: count it for the chain's origin. */
-static __always_inline void count_origin(struct bio *bio, struct gendisk *disk, __u32 op, bool missed)
-{
-	struct remap_key at = {};
-	struct mw_origin_key key = {};
-	struct mw_origin_stats *stats;
-	static const struct mw_origin_stats zero;
-	__u32 *origin;
-
-	at.devt = mw_bio_devt(bio);
-	at.sector = BPF_CORE_READ(bio, bi_iter.bi_sector);
-	origin = bpf_map_lookup_elem(&remap_origin, &at);
-	if (!origin)
-		return;
-	key.origin_major = *origin >> MW_MINORBITS;
-	key.origin_minor = *origin & ((1u << MW_MINORBITS) - 1);
-	bpf_map_delete_elem(&remap_origin, &at);
-	key.major = BPF_CORE_READ(disk, major);
-	key.minor = BPF_CORE_READ(disk, first_minor);
-	key.op = op;
-	key.diskseq = mw_disk_seq(disk);
-	stats = bpf_map_lookup_elem(&origin_stats, &key);
-	if (!stats) {
-		bpf_map_update_elem(&origin_stats, &key, &zero, BPF_NOEXIST);
-		stats = bpf_map_lookup_elem(&origin_stats, &key);
-		if (!stats) {
-			count_event(MW_CNT_ORIGIN_FULL);
-			return;
-		}
-	}
-	stats->requests++;
-	if (missed)
-		stats->missed_merges++;
-}
-
-static __always_inline int handle_getrq(struct bio *bio)
-{
-	struct gendisk *disk = mw_bio_disk(bio);
-	struct mw_dev_stats *stats;
-	bool missed;
-	__u32 op;
-
-	if (!disk)
-		return 0;
-	op = BPF_CORE_READ(bio, bi_opf) & MW_REQ_OP_MASK;
-	missed = missed_merge(bio, BPF_CORE_READ(disk, queue), op);
-	if (remaps_seen)
-		count_origin(bio, disk, op, missed);
-	if (!missed)
-		return 0;
-	stats = stats_for(disk, op);
-	if (stats)
-		stats->missed_merges++;
-	return 0;
-}
+/* raw_tp fallback: the same handlers reading through bpf_probe_read_kernel */
+#define MW_FN(name) name##_raw
+#define MW_READ BPF_CORE_READ
+#include "handlers.bpf.h"
+#undef MW_FN
+#undef MW_READ
 
 /* Constant-offset context reads: the verifier rejects a variable index into ctx. */
 #define RQ_ARG(ctx) ((struct request *)(targ_rq_arg ? (ctx)[1] : (ctx)[0]))
@@ -399,60 +162,55 @@ static __always_inline int handle_getrq(struct bio *bio)
 #define GETRQ_ARG(ctx) ((struct bio *)(targ_getrq_arg ? (ctx)[1] : (ctx)[0]))
 
 /* Three arguments from one of two positions: two separate constant-offset paths. */
-static __always_inline int remap_from_ctx(__u64 *ctx)
-{
-	if (targ_bio_remap_arg)
-		return handle_bio_remap((struct bio *)ctx[1], (__u32)ctx[2], ctx[3]);
-	return handle_bio_remap((struct bio *)ctx[0], (__u32)ctx[1], ctx[2]);
-}
+#define REMAP_FROM_CTX(handler, ctx)                                                     \
+	(targ_bio_remap_arg ? handler((struct bio *)(ctx)[1], (__u32)(ctx)[2], (ctx)[3])   \
+			    : handler((struct bio *)(ctx)[0], (__u32)(ctx)[1], (ctx)[2]))
 
-/* tp_btf set */
 SEC("tp_btf/block_rq_insert")
-int BPF_PROG(btf_rq_insert) { return handle_rq_insert(RQ_ARG(ctx)); }
+int BPF_PROG(btf_rq_insert) { return handle_rq_insert_btf(RQ_ARG(ctx)); }
 
 SEC("tp_btf/block_rq_issue")
-int BPF_PROG(btf_rq_issue) { return handle_rq_issue(RQ_ARG(ctx)); }
+int BPF_PROG(btf_rq_issue) { return handle_rq_issue_btf(RQ_ARG(ctx)); }
 
 /* (rq, error, nr_bytes) since v4.13; raw_tp/tp_btf need 4.17+ anyway. */
 SEC("tp_btf/block_rq_complete")
-int BPF_PROG(btf_rq_complete) { return handle_rq_complete((void *)ctx[0], (__u32)ctx[2]); }
+int BPF_PROG(btf_rq_complete) { return handle_rq_complete_btf((void *)ctx[0], (__u32)ctx[2]); }
 
 SEC("tp_btf/block_bio_backmerge")
-int BPF_PROG(btf_bio_backmerge) { return handle_bio_merge(BIO_MERGE_ARG(ctx), true); }
+int BPF_PROG(btf_bio_backmerge) { return handle_bio_merge_btf(BIO_MERGE_ARG(ctx), true); }
 
 SEC("tp_btf/block_bio_frontmerge")
-int BPF_PROG(btf_bio_frontmerge) { return handle_bio_merge(BIO_MERGE_ARG(ctx), false); }
+int BPF_PROG(btf_bio_frontmerge) { return handle_bio_merge_btf(BIO_MERGE_ARG(ctx), false); }
 
 SEC("tp_btf/block_bio_queue")
-int BPF_PROG(btf_bio_queue) { return handle_bio_queue(BIO_QUEUE_ARG(ctx)); }
+int BPF_PROG(btf_bio_queue) { return handle_bio_queue_btf(BIO_QUEUE_ARG(ctx)); }
 
 SEC("tp_btf/block_getrq")
-int BPF_PROG(btf_getrq) { return handle_getrq(GETRQ_ARG(ctx)); }
+int BPF_PROG(btf_getrq) { return handle_getrq_btf(GETRQ_ARG(ctx)); }
 
 SEC("tp_btf/block_bio_remap")
-int BPF_PROG(btf_bio_remap) { return remap_from_ctx(ctx); }
+int BPF_PROG(btf_bio_remap) { return REMAP_FROM_CTX(handle_bio_remap_btf, ctx); }
 
-/* raw_tp fallback set: same handlers, untyped arguments */
 SEC("raw_tp/block_rq_insert")
-int raw_rq_insert(__u64 *ctx) { return handle_rq_insert(RQ_ARG(ctx)); }
+int raw_rq_insert(__u64 *ctx) { return handle_rq_insert_raw(RQ_ARG(ctx)); }
 
 SEC("raw_tp/block_rq_issue")
-int raw_rq_issue(__u64 *ctx) { return handle_rq_issue(RQ_ARG(ctx)); }
+int raw_rq_issue(__u64 *ctx) { return handle_rq_issue_raw(RQ_ARG(ctx)); }
 
 SEC("raw_tp/block_rq_complete")
-int raw_rq_complete(__u64 *ctx) { return handle_rq_complete((void *)ctx[0], (__u32)ctx[2]); }
+int raw_rq_complete(__u64 *ctx) { return handle_rq_complete_raw((void *)ctx[0], (__u32)ctx[2]); }
 
 SEC("raw_tp/block_bio_backmerge")
-int raw_bio_backmerge(__u64 *ctx) { return handle_bio_merge(BIO_MERGE_ARG(ctx), true); }
+int raw_bio_backmerge(__u64 *ctx) { return handle_bio_merge_raw(BIO_MERGE_ARG(ctx), true); }
 
 SEC("raw_tp/block_bio_frontmerge")
-int raw_bio_frontmerge(__u64 *ctx) { return handle_bio_merge(BIO_MERGE_ARG(ctx), false); }
+int raw_bio_frontmerge(__u64 *ctx) { return handle_bio_merge_raw(BIO_MERGE_ARG(ctx), false); }
 
 SEC("raw_tp/block_bio_queue")
-int raw_bio_queue(__u64 *ctx) { return handle_bio_queue(BIO_QUEUE_ARG(ctx)); }
+int raw_bio_queue(__u64 *ctx) { return handle_bio_queue_raw(BIO_QUEUE_ARG(ctx)); }
 
 SEC("raw_tp/block_getrq")
-int raw_getrq(__u64 *ctx) { return handle_getrq(GETRQ_ARG(ctx)); }
+int raw_getrq(__u64 *ctx) { return handle_getrq_raw(GETRQ_ARG(ctx)); }
 
 SEC("raw_tp/block_bio_remap")
-int raw_bio_remap(__u64 *ctx) { return remap_from_ctx(ctx); }
+int raw_bio_remap(__u64 *ctx) { return REMAP_FROM_CTX(handle_bio_remap_raw, ctx); }
