@@ -39,24 +39,18 @@ static __always_inline struct mw_dev_stats *MW_FN(stats_for)(struct gendisk *dis
  */
 static __always_inline bool MW_FN(missed_merge)(struct bio *bio, struct request_queue *q, __u32 op)
 {
-	struct pending_request *pending, fresh = {};
-	__u64 key = (__u64)q, sector;
+	struct pending_request *pending;
+	__u32 queue_id = (__u32)MW_READ(q, id) + 1, index = queue_id & (MW_PENDING_SLOTS - 1);
 	__u32 sectors, segments;
+	__u64 sector;
 
 	sector = MW_READ(bio, bi_iter.bi_sector);
 	sectors = MW_READ(bio, bi_iter.bi_size) >> 9;
 	segments = MW_READ(bio, bi_vcnt);
-	pending = bpf_map_lookup_elem(&pending_requests, &key);
-	if (!pending) {
-		fresh.start_sector = sector;
-		fresh.end_sector = sector + sectors;
-		fresh.op = op;
-		fresh.run_sectors = sectors;
-		fresh.run_segments = segments;
-		bpf_map_update_elem(&pending_requests, &key, &fresh, BPF_ANY);
+	pending = bpf_map_lookup_elem(&pending_requests, &index);
+	if (!pending)
 		return false;
-	}
-	if (!pending->issued && pending->op == op && pending->end_sector == sector &&
+	if (pending->queue_id == queue_id && !pending->issued && pending->op == op && pending->end_sector == sector &&
 	    pending->run_sectors + sectors <= MW_READ(q, limits.max_sectors) &&
 	    pending->run_segments + segments <= MW_READ(q, limits.max_segments)) {
 		pending->start_sector = sector;
@@ -65,7 +59,8 @@ static __always_inline bool MW_FN(missed_merge)(struct bio *bio, struct request_
 		pending->run_segments += segments;
 		return true;
 	}
-	/* This bio starts a new run: rewrite the entry in place, cheaper than an update. */
+	/* This bio starts a new run (or the slot changes queue). */
+	pending->queue_id = queue_id;
 	pending->start_sector = sector;
 	pending->end_sector = sector + sectors;
 	pending->op = op;
@@ -79,36 +74,33 @@ static __always_inline bool MW_FN(missed_merge)(struct bio *bio, struct request_
 static __always_inline void MW_FN(mark_dispatched)(struct request *rq)
 {
 	struct pending_request *pending;
-	__u64 key = (__u64)MW_READ(rq, q);
+	__u32 queue_id = (__u32)MW_READ(rq, q, id) + 1, index = queue_id & (MW_PENDING_SLOTS - 1);
 
-	pending = bpf_map_lookup_elem(&pending_requests, &key);
-	if (pending && pending->start_sector == MW_READ(rq, __sector))
+	pending = bpf_map_lookup_elem(&pending_requests, &index);
+	if (pending && pending->queue_id == queue_id && pending->start_sector == MW_READ(rq, __sector))
 		pending->issued = 1;
 }
 
 static __always_inline int MW_FN(handle_rq_insert)(struct request *rq)
 {
-	struct mw_inflight *inf, fresh = {};
-	__u64 key = (__u64)rq;
+	__u64 now = bpf_ktime_get_ns();
+	struct mw_inflight *slot = inflight_slot(rq, now, true);
 
-	inf = bpf_map_lookup_elem(&inflight, &key);
-	if (inf) {
-		inf->insert_ns = bpf_ktime_get_ns();
-		inf->issue_ns = 0;
+	if (!slot) {
+		count_event(MW_CNT_INFLIGHT_FULL);
 		return 0;
 	}
-	fresh.insert_ns = bpf_ktime_get_ns();
-	if (bpf_map_update_elem(&inflight, &key, &fresh, BPF_ANY))
-		count_event(MW_CNT_INFLIGHT_FULL);
+	slot->insert_ns = now;
+	slot->issue_ns = 0;
 	return 0;
 }
 
 static __always_inline int MW_FN(handle_rq_issue)(struct request *rq)
 {
 	struct mw_dev_stats *stats;
-	struct mw_inflight *inf, fresh = {};
-	__u64 key = (__u64)rq, now;
+	struct mw_inflight *slot;
 	__u32 op, bytes;
+	__u64 now;
 
 	op = MW_READ(rq, cmd_flags) & MW_REQ_OP_MASK;
 	bytes = MW_READ(rq, __data_len);
@@ -119,38 +111,36 @@ static __always_inline int MW_FN(handle_rq_issue)(struct request *rq)
 	MW_FN(mark_dispatched)(rq);
 
 	now = bpf_ktime_get_ns();
-	inf = bpf_map_lookup_elem(&inflight, &key);
-	if (inf) {
-		if (inf->insert_ns && now >= inf->insert_ns)
-			hist_add(stats->queue_latency_slots, &stats->queue_latency_sum_ns,
-				 now - inf->insert_ns, MW_LAT_MIN_SHIFT, MW_LAT_SLOTS);
-		inf->insert_ns = 0;
-		inf->issue_ns = now;
+	slot = inflight_slot(rq, now, true);
+	if (!slot) {
+		count_event(MW_CNT_INFLIGHT_FULL);
 		return 0;
 	}
-	fresh.issue_ns = now;
-	if (bpf_map_update_elem(&inflight, &key, &fresh, BPF_ANY))
-		count_event(MW_CNT_INFLIGHT_FULL);
+	if (slot->insert_ns && now >= slot->insert_ns)
+		hist_add(stats->queue_latency_slots, &stats->queue_latency_sum_ns, now - slot->insert_ns,
+			 MW_LAT_MIN_SHIFT, MW_LAT_SLOTS);
+	slot->insert_ns = 0;
+	slot->issue_ns = now;
 	return 0;
 }
 
 static __always_inline int MW_FN(handle_rq_complete)(struct request *rq, __u32 nr_bytes)
 {
 	struct mw_dev_stats *stats;
-	struct mw_inflight *inf;
-	__u64 key = (__u64)rq, now, issue_ns;
+	struct mw_inflight *slot;
+	__u64 now, issue_ns;
 	__u32 op;
 
-	inf = bpf_map_lookup_elem(&inflight, &key);
-	if (!inf) {
+	slot = inflight_slot(rq, 0, false);
+	if (!slot) {
 		count_event(MW_CNT_COMPLETE_UNMATCHED);
 		return 0;
 	}
 	/* Partial completions fire too (nr_bytes < remaining bytes): wait for the last one. */
 	if (nr_bytes < MW_READ(rq, __data_len))
 		return 0;
-	issue_ns = inf->issue_ns;
-	bpf_map_delete_elem(&inflight, &key);
+	issue_ns = slot->issue_ns;
+	slot->rq = 0;
 	if (!issue_ns)
 		return 0;
 	now = bpf_ktime_get_ns();

@@ -48,12 +48,90 @@ struct {
 	__type(value, struct mw_dev_stats);
 } dev_stats SEC(".maps");
 
+/*
+ * Requests in flight: a two-way set-associative table indexed by a hash of the request
+ * pointer (blk-mq preallocates its requests, so a pointer is unique while in flight).
+ * An array slot is an inlined memory access; a hash map costs an update, two lookups and
+ * a delete per request, about four times the BPF time (measured: BENCHMARKS.md). Size
+ * is a power of two set by the daemon (--bpf.inflight-entries), with its log2 below.
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, MW_DEFAULT_INFLIGHT_ENTRIES);
-	__type(key, __u64);
+	__type(key, __u32);
 	__type(value, struct mw_inflight);
 } inflight SEC(".maps");
+
+const volatile __u32 inflight_slot_bits = 16;
+
+/* A slot whose request has not completed for this long is taken over (a lost completion). */
+#define MW_INFLIGHT_STALE_NS (60ull * 1000000000ull)
+
+/*
+ * The verifier forbids arithmetic on a typed kernel pointer (a tp_btf argument), and
+ * register tricks do not fool it; map memory is untyped, so a pointer written there
+ * reads back as a plain number (writing one needs CAP_PERFMON, which loading needs too).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} pointer_scratch SEC(".maps");
+
+static __always_inline __u64 pointer_value(void *pointer)
+{
+	__u32 zero = 0;
+	volatile __u64 *scratch = bpf_map_lookup_elem(&pointer_scratch, &zero);
+
+	if (!scratch)
+		return 0;
+	*scratch = (__u64)pointer;
+	return *scratch;
+}
+
+static __always_inline bool slot_claimable(const struct mw_inflight *slot, __u64 now)
+{
+	__u64 since = slot->issue_ns > slot->insert_ns ? slot->issue_ns : slot->insert_ns;
+
+	return slot->rq == 0 || now - since > MW_INFLIGHT_STALE_NS;
+}
+
+/*
+ * The slot of request `rq`; with `claim`, a free or stale one of its two ways is taken.
+ * NULL when neither way holds or can hold it. Two CPUs claiming one free slot at once
+ * leave one request untimed (its completion counts as complete_without_issue).
+ */
+static __always_inline struct mw_inflight *inflight_slot(void *request, __u64 now, bool claim)
+{
+	__u64 rq = pointer_value(request);
+	/* Fibonacci hashing; the low 6 bits of a request pointer carry no information. */
+	__u32 way0 = (__u32)(((rq >> 6) * 0x9E3779B97F4A7C15ull) >> (64 - inflight_slot_bits));
+	__u32 way1 = way0 ^ 1;
+	struct mw_inflight *a, *b;
+
+	if (!rq)
+		return NULL;
+	a = bpf_map_lookup_elem(&inflight, &way0);
+	b = bpf_map_lookup_elem(&inflight, &way1);
+	if (!a || !b)
+		return NULL;
+	if (a->rq == rq)
+		return a;
+	if (b->rq == rq)
+		return b;
+	if (!claim)
+		return NULL;
+	if (!slot_claimable(a, now)) {
+		if (!slot_claimable(b, now))
+			return NULL;
+		a = b;
+	}
+	a->rq = rq;
+	a->insert_ns = 0;
+	a->issue_ns = 0;
+	return a;
+}
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -71,16 +149,25 @@ struct {
 struct pending_request {
 	__u64 start_sector;
 	__u64 end_sector;
+	__u32 queue_id; /* request_queue->id + 1 of the owner; 0 = never used */
 	__u32 op;
 	__u32 issued;
 	__u32 run_sectors; /* the contiguous run merging could have built, so far */
 	__u32 run_segments;
+	__u32 pad;
 };
 
+/*
+ * Indexed by the queue's id (unique among live queues, allocated low first); the slot
+ * records whose it is. An array slot costs a memory access where an LRU hash lookup
+ * cost ~40 ns, and this is looked up twice per request.
+ */
+#define MW_PENDING_SLOTS 1024
+
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 1024);
-	__type(key, __u64);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MW_PENDING_SLOTS);
+	__type(key, __u32);
 	__type(value, struct pending_request);
 } pending_requests SEC(".maps");
 

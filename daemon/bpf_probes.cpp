@@ -29,15 +29,22 @@ std::mutex g_libbpf_mutex;
 std::deque<std::string> g_libbpf_tail;
 
 int LibbpfPrint(enum libbpf_print_level level, const char* format, va_list args) {
-  char line[1024];
-  vsnprintf(line, sizeof(line), format, args);
-  std::string text(line);
+  // Verifier logs come as one message of many KiB, with the reason at the end.
+  va_list measure;
+  va_copy(measure, args);
+  const int length = vsnprintf(nullptr, 0, format, measure);
+  va_end(measure);
+  if (length <= 0) return 0;
+  std::string text(static_cast<size_t>(length) + 1, '\0');
+  vsnprintf(text.data(), text.size(), format, args);
+  text.resize(static_cast<size_t>(length));
   while (!text.empty() && text.back() == '\n') text.pop_back();
   if (text.empty()) return 0;
   {
     std::lock_guard<std::mutex> lock(g_libbpf_mutex);
     if (level != LIBBPF_DEBUG) {
-      g_libbpf_tail.push_back(text);
+      constexpr size_t kKeep = 2000;  // of a verifier log, the end says why
+      g_libbpf_tail.push_back(text.size() > kKeep ? "..." + text.substr(text.size() - kKeep) : text);
       if (g_libbpf_tail.size() > 12) g_libbpf_tail.pop_front();
     }
   }
@@ -81,6 +88,12 @@ std::pair<std::string, std::string> SplitSection(const char* section) {
 }
 
 }  // namespace
+
+uint32_t InflightSlotBits(uint32_t entries) {
+  uint32_t bits = 1;
+  while ((1u << bits) < entries && bits < 31) ++bits;
+  return bits;
+}
 
 bool ReadTracepointLayout(const std::string& btf_path, TracepointLayout* layout, std::string* error) {
   struct btf* btf = btf__parse(btf_path.c_str(), nullptr);
@@ -146,7 +159,9 @@ std::unique_ptr<BpfProbes> BpfProbes::Load(const ProbeOptions& options, ProbeErr
     probes->skel_->rodata->targ_bio_queue_arg = layout.bio_queue_arg;
     probes->skel_->rodata->targ_getrq_arg = layout.getrq_arg;
     probes->skel_->rodata->targ_bio_remap_arg = layout.bio_remap_arg;
-    bpf_map__set_max_entries(probes->skel_->maps.inflight, options.inflight_entries);
+    const uint32_t slot_bits = InflightSlotBits(options.inflight_entries);
+    probes->skel_->rodata->inflight_slot_bits = slot_bits;
+    bpf_map__set_max_entries(probes->skel_->maps.inflight, 1u << slot_bits);
 
     struct bpf_program* prog;
     bpf_object__for_each_program(prog, probes->skel_->obj) {

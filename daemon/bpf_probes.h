@@ -33,6 +33,9 @@ struct TracepointLayout {
   std::vector<std::string> missing;  // tracepoints the kernel does not have
 };
 
+// log2 of the in-flight table's size: --bpf.inflight-entries rounded up to a power of two.
+uint32_t InflightSlotBits(uint32_t entries);
+
 // Reads the layout from a BTF file; false with a message if the file is not usable BTF.
 bool ReadTracepointLayout(const std::string& btf_path, TracepointLayout* layout, std::string* error);
 

@@ -73,7 +73,8 @@ ParseResult ParseFlags(int argc, const char* const* argv) {
       ->capture_default_str();
   app.add_option("--log.level", log_level, "Log level: debug, info, warn, error")->capture_default_str();
   app.add_option("--bpf.inflight-entries", config.inflight_entries,
-                 "Requests tracked in flight at once; more are counted as dropped")
+                 "Slots of the in-flight table (rounded up to a power of two); requests finding theirs busy are "
+                 "counted as dropped")
       ->capture_default_str()
       ->check(CLI::Range(64u, 1u << 22));
   std::string refresh = "5s";

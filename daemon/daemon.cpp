@@ -235,7 +235,8 @@ int RunDaemon(const Config& config) {
   LogInfo("attached " + std::to_string(probes->attached_count()) + " BPF programs using " + probes->mode());
 
   SysfsDeviceNamer namer(config.sysfs_root);
-  DaemonStatus status{VersionString(), KernelRelease(), probes->programs(), config.inflight_entries};
+  DaemonStatus status{VersionString(), KernelRelease(), probes->programs(),
+                      1u << InflightSlotBits(config.inflight_entries)};
   auto collector = std::make_shared<MetricsCollector>(*probes, namer, status);
   auto state = std::make_shared<StateCollector>();
   exposer->RegisterCollectable(collector, config.telemetry_path);

@@ -192,7 +192,8 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
         CounterValue({{"reason", kCounterNames[i]}}, static_cast<double>(snapshot.event_counts[i])));
 
   MetricFamily capacity = Family("mergewatch_bpf_inflight_capacity",
-                                 "Requests the in-flight map can track at once (--bpf.inflight-entries).",
+                                 "Slots of the in-flight table (--bpf.inflight-entries rounded up to a power of two); "
+                                 "each request may use one of two, a request finding both busy is not timed.",
                                  MetricType::Gauge);
   capacity.metric.push_back(GaugeValue({}, status.inflight_capacity));
 

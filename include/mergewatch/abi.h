@@ -40,7 +40,7 @@
 #define MW_MAX_ORIGIN_KEYS 4096
 /* Remapped bios waiting for their request: the chain's last hop per (device, sector). */
 #define MW_REMAP_ENTRIES 16384
-#define MW_DEFAULT_INFLIGHT_ENTRIES 16384
+#define MW_DEFAULT_INFLIGHT_ENTRIES 65536
 
 /* REQ_OP_MASK: the low 8 bits of cmd_flags / bi_opf hold the operation since v4.10. */
 #define MW_REQ_OP_MASK 0xffu
@@ -111,8 +111,9 @@ struct mw_dev_stats {
 #define MW_CNT_ORIGIN_FULL 4       /* a remapped request could not be attributed: too many origins */
 #define MW_CNT_MAX 5
 
-/* In-flight request state, keyed by the struct request pointer. */
+/* In-flight request state: one slot of the in-flight table, owned by the request at `rq`. */
 struct mw_inflight {
+	__u64 rq; /* struct request pointer; 0 = free */
 	__u64 insert_ns;
 	__u64 issue_ns;
 };
@@ -148,14 +149,14 @@ static __always_inline __u32 mw_hist_slot(__u64 v, __u32 min_shift, __u32 slots)
 #ifdef __cplusplus
 static_assert(sizeof(struct mw_dev_key) == 24, "mw_dev_key layout");
 static_assert(sizeof(struct mw_origin_key) == 32, "mw_origin_key layout");
-static_assert(sizeof(struct mw_inflight) == 16, "mw_inflight layout");
+static_assert(sizeof(struct mw_inflight) == 24, "mw_inflight layout");
 static_assert(sizeof(struct mw_dev_stats) ==
 		      8 * (2 * (MW_SIZE_SLOTS + 1) + 2 * (MW_LAT_SLOTS + 1) + 3),
 	      "mw_dev_stats has no padding");
 #else
 _Static_assert(sizeof(struct mw_dev_key) == 24, "mw_dev_key layout");
 _Static_assert(sizeof(struct mw_origin_key) == 32, "mw_origin_key layout");
-_Static_assert(sizeof(struct mw_inflight) == 16, "mw_inflight layout");
+_Static_assert(sizeof(struct mw_inflight) == 24, "mw_inflight layout");
 _Static_assert(sizeof(struct mw_dev_stats) ==
 		       8 * (2 * (MW_SIZE_SLOTS + 1) + 2 * (MW_LAT_SLOTS + 1) + 3),
 	       "mw_dev_stats has no padding");

@@ -57,7 +57,7 @@ TEST(AbiSizes, MatchTheSkeletonMaps) {
   ASSERT_NE(skel, nullptr);
   EXPECT_EQ(bpf_map__key_size(skel->maps.dev_stats), sizeof(mw_dev_key));
   EXPECT_EQ(bpf_map__value_size(skel->maps.dev_stats), sizeof(mw_dev_stats));
-  EXPECT_EQ(bpf_map__key_size(skel->maps.inflight), sizeof(__u64));
+  EXPECT_EQ(bpf_map__key_size(skel->maps.inflight), sizeof(__u32));
   EXPECT_EQ(bpf_map__value_size(skel->maps.inflight), sizeof(mw_inflight));
   EXPECT_EQ(bpf_map__max_entries(skel->maps.event_counts), static_cast<__u32>(MW_CNT_MAX));
   EXPECT_EQ(bpf_map__value_size(skel->maps.event_counts), sizeof(__u64));
