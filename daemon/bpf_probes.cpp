@@ -187,6 +187,11 @@ std::unique_ptr<BpfProbes> BpfProbes::Load(const ProbeOptions& options, ProbeErr
     bpf_object__for_each_program(prog, probes->skel_->obj) {
       if (!bpf_program__autoload(prog)) continue;
       auto [prog_mode, tracepoint] = SplitSection(bpf_program__section_name(prog));
+      if (tracepoint == "block_bio_queue") {  // attached on demand: SetBioQueueTracing
+        probes->bio_queue_program_ = prog;
+        probes->programs_.push_back(ProgramStatus{tracepoint, prog_mode, false});
+        continue;
+      }
       struct bpf_link* link = bpf_program__attach(prog);
       ProgramStatus status{tracepoint, prog_mode, link != nullptr};
       if (link == nullptr) {
@@ -211,15 +216,41 @@ std::unique_ptr<BpfProbes> BpfProbes::Load(const ProbeOptions& options, ProbeErr
   return nullptr;
 }
 
+bool BpfProbes::SetBioQueueTracing(bool wanted) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (bio_queue_program_ == nullptr || wanted == (bio_queue_link_ != nullptr)) return false;
+  if (wanted) {
+    bio_queue_link_ = bpf_program__attach(bio_queue_program_);
+    if (bio_queue_link_ == nullptr) {
+      LogWarn(std::string("cannot attach to block_bio_queue: ") + strerror(errno) + LibbpfTail());
+      return false;
+    }
+  } else {
+    bpf_link__destroy(bio_queue_link_);
+    bio_queue_link_ = nullptr;
+  }
+  for (ProgramStatus& p : programs_)
+    if (p.tracepoint == "block_bio_queue") p.attached = wanted;
+  return true;
+}
+
 BpfProbes::~BpfProbes() {
+  if (bio_queue_link_ != nullptr) bpf_link__destroy(bio_queue_link_);
   for (struct bpf_link* link : links_) bpf_link__destroy(link);
   mergewatch_bpf__destroy(skel_);
 }
 
-size_t BpfProbes::attached_count() const { return links_.size(); }
+size_t BpfProbes::attached_count() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return links_.size() + (bio_queue_link_ != nullptr ? 1 : 0);
+}
 
 Snapshot BpfProbes::Read() {
   Snapshot snapshot;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    snapshot.programs = programs_;
+  }
   const int ncpus = libbpf_num_possible_cpus();
   if (ncpus <= 0) throw std::runtime_error("cannot count possible CPUs");
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 
 struct mergewatch_bpf;
 struct bpf_link;
+struct bpf_program;
 
 namespace mergewatch {
 
@@ -49,7 +51,9 @@ class BpfProbes final : public SnapshotSource {
 
   Snapshot Read() override;
   void Forget(const StaleKeys& keys) override;
-  const std::vector<ProgramStatus>& programs() const { return programs_; }
+  // block_bio_queue fires for every bio of every device but matters only for bio-based
+  // devices stacked on others: attached only while one exists. Returns true on a change.
+  bool SetBioQueueTracing(bool wanted);
   std::string mode() const { return mode_; }
   size_t attached_count() const;
 
@@ -57,7 +61,10 @@ class BpfProbes final : public SnapshotSource {
   BpfProbes() = default;
   mergewatch_bpf* skel_ = nullptr;
   std::vector<struct bpf_link*> links_;
+  mutable std::mutex mutex_;  // programs_ and the bio_queue link: the main loop changes them, scrapes read
   std::vector<ProgramStatus> programs_;
+  struct bpf_program* bio_queue_program_ = nullptr;
+  struct bpf_link* bio_queue_link_ = nullptr;
   std::string mode_;
 };
 

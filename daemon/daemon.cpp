@@ -145,7 +145,19 @@ StaleKeys FindStaleKeys(const Snapshot& snapshot, const TopologyKeeper& topology
   return stale;
 }
 
-void Tick(SnapshotSource& source, DeviceNamer& namer, TopologyKeeper* topology, CollapseDetector* detector,
+void TraceBioLevelWhereNeeded(const Topology& topology, BpfProbes* probes) {
+  const std::vector<std::string> stacked = topology.StackedBioBasedDevices();
+  if (!probes->SetBioQueueTracing(!stacked.empty())) return;
+  if (stacked.empty()) {
+    LogInfo("no dm/md device stacked on a disk: block_bio_queue detached");
+  } else {
+    std::string names;
+    for (const std::string& n : stacked) names += (names.empty() ? "" : ",") + n;
+    LogInfo("bio-based devices stacked on disks (" + names + "): block_bio_queue attached");
+  }
+}
+
+void Tick(BpfProbes& source, DeviceNamer& namer, TopologyKeeper* topology, CollapseDetector* detector,
           StateCollector* state) {
   Snapshot snapshot;
   try {
@@ -155,6 +167,7 @@ void Tick(SnapshotSource& source, DeviceNamer& namer, TopologyKeeper* topology, 
     return;
   }
   topology->RefreshFor(snapshot);
+  TraceBioLevelWhereNeeded(*topology->current(), &source);
   StaleKeys stale = FindStaleKeys(snapshot, *topology, namer);
   if (!stale.empty()) {
     source.Forget(stale);
@@ -235,14 +248,14 @@ int RunDaemon(const Config& config) {
   LogInfo("attached " + std::to_string(probes->attached_count()) + " BPF programs using " + probes->mode());
 
   SysfsDeviceNamer namer(config.sysfs_root);
-  DaemonStatus status{VersionString(), KernelRelease(), probes->programs(),
-                      1u << InflightSlotBits(config.inflight_entries)};
+  DaemonStatus status{VersionString(), KernelRelease(), 1u << InflightSlotBits(config.inflight_entries)};
   auto collector = std::make_shared<MetricsCollector>(*probes, namer, status);
   auto state = std::make_shared<StateCollector>();
   exposer->RegisterCollectable(collector, config.telemetry_path);
   exposer->RegisterCollectable(state, config.telemetry_path);
 
   TopologyKeeper topology(config.sysfs_root, config.topology_refresh);
+  TraceBioLevelWhereNeeded(*topology.current(), probes.get());
   CollapseDetector detector(config.collapse);
   state->Publish(topology.current(), detector.Verdicts());
 

@@ -177,10 +177,11 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
   build.metric.push_back(GaugeValue({{"version", status.version}, {"kernel", status.kernel_release}}, 1));
 
   MetricFamily programs = Family("mergewatch_bpf_program_attached",
-                                 "1 if the BPF program on this tracepoint is attached, 0 if it failed; mode is "
-                                 "tp_btf or raw_tp.",
+                                 "1 if the BPF program on this tracepoint is attached, 0 if attaching failed or it "
+                                 "is not needed now (block_bio_queue: no dm/md device stacked); mode is tp_btf or "
+                                 "raw_tp.",
                                  MetricType::Gauge);
-  for (const ProgramStatus& p : status.programs)
+  for (const ProgramStatus& p : snapshot.programs)
     programs.metric.push_back(GaugeValue({{"tracepoint", p.tracepoint}, {"mode", p.mode}}, p.attached ? 1 : 0));
 
   MetricFamily events = Family("mergewatch_bpf_events_dropped_total",

@@ -18,17 +18,10 @@
 
 namespace mergewatch {
 
-struct ProgramStatus {
-  std::string tracepoint;  // block_rq_issue, ...
-  std::string mode;        // tp_btf or raw_tp
-  bool attached = false;
-};
-
 // Facts about the daemon itself that an operator needs to trust the numbers.
 struct DaemonStatus {
   std::string version;
   std::string kernel_release;
-  std::vector<ProgramStatus> programs;
   uint32_t inflight_capacity = 0;
 };
 

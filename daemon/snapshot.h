@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -41,8 +42,16 @@ struct OriginKey {
   }
 };
 
+// One BPF program and whether it is attached now.
+struct ProgramStatus {
+  std::string tracepoint;  // block_rq_issue, ...
+  std::string mode;        // tp_btf or raw_tp
+  bool attached = false;
+};
+
 struct Snapshot {
   std::map<DevOpKey, mw_dev_stats> stats;
+  std::vector<ProgramStatus> programs;
   std::map<OriginKey, mw_origin_stats> origins;
   std::array<uint64_t, MW_CNT_MAX> event_counts{};
 };

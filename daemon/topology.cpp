@@ -370,6 +370,7 @@ std::optional<BlockDevice> ReadDevice(const SysfsTree& tree, const std::string& 
   device.minor = dev_number->second;
   device.name = Basename(rel);
   device.is_partition = tree.Exists(rel + "/partition");
+  device.request_based = tree.IsDir((device.is_partition ? Dirname(rel) : rel) + "/mq");
   if (!device.is_partition) {
     const std::optional<std::string> seq = tree.ReadAttr(rel + "/diskseq");
     if (seq) {
@@ -539,6 +540,13 @@ Topology Topology::Scan(const std::string& sysfs_root, std::vector<std::string>*
 
 Topology Topology::FromDevices(std::vector<BlockDevice> devices) {
   return Topology(std::move(devices), nullptr);
+}
+
+std::vector<std::string> Topology::StackedBioBasedDevices() const {
+  std::vector<std::string> names;
+  for (const BlockDevice& d : devices_)
+    if (!d.is_partition && !d.request_based && !d.slaves.empty()) names.push_back(d.name);
+  return names;
 }
 
 const BlockDevice* Topology::Find(uint32_t major, uint32_t minor) const {

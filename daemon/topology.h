@@ -46,6 +46,9 @@ struct BlockDevice {
   // The disk's diskseq (v5.15+): which incarnation of this major:minor. 0 for partitions
   // and on kernels without it. Not part of Dump(): it changes on every loop attach.
   uint64_t diskseq = 0;
+  // blk-mq (has an mq/ directory): requests of its own. dm, md, zram, NVMe multipath
+  // heads are bio-based: their I/O shows as bios only (block_bio_queue).
+  bool request_based = false;
   std::string disk;  // whole-disk name; == name unless is_partition
   // Decided from sysfs shape (resolved path, dm/ md/ loop/ dirs,
   // device/scsi_device), never from the major: 259 is shared by many drivers
@@ -104,6 +107,9 @@ class Topology {
   const BlockDevice* Find(uint32_t major, uint32_t minor) const;
   const BlockDevice* FindByName(const std::string& name) const;
   const std::vector<BlockDevice>& devices() const { return devices_; }  // sorted by name
+  // Bio-based devices stacked on other devices (dm, md over disks), sorted: the ones whose
+  // bio sizes the detector compares with the disk below.
+  std::vector<std::string> StackedBioBasedDevices() const;
 
   // Devices above `name`, transitively, nearest first (breadth-first, ties by
   // name). For a whole disk this includes what sits on its partitions,

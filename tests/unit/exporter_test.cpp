@@ -53,14 +53,14 @@ Snapshot IncidentSnapshot() {
   // Remapped from a device that is gone: not exported.
   snap.origins[{259, 0, 253, 9, 0}] = mw_origin_stats{5, 0};
   snap.event_counts[MW_CNT_COMPLETE_UNMATCHED] = 4;
+  snap.programs = {{"block_rq_issue", "tp_btf", true}, {"block_unplug", "tp_btf", false}};
   return snap;
 }
 
 std::string Expose(const Snapshot& snap) {
   FakeNamer namer;
   namer.names = {{{259, 0}, "nvme1n1"}, {{253, 3}, "dm-3"}};
-  DaemonStatus status{"1.2.3", "6.1.0-test", {{"block_rq_issue", "tp_btf", true}, {"block_unplug", "tp_btf", false}},
-                      16384};
+  DaemonStatus status{"1.2.3", "6.1.0-test", 16384};
   return prometheus::TextSerializer().Serialize(BuildMetricFamilies(snap, namer, status));
 }
 

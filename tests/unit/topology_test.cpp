@@ -524,5 +524,24 @@ TEST(TopologyFromDevices, UnknownSlaveCountsAsBottomDisk) {
   EXPECT_EQ(topology.LowerDisks("dm-0"), (Names{"sdz"}));
 }
 
+// block_bio_queue is attached only while a bio-based device sits on another: dm over a
+// disk yes; a bio-based device with nothing below (zram), a blk-mq disk, or a partition no.
+TEST(Topology, StackedBioBasedDevicesAreTheOnesWithSlaves) {
+  auto device = [](std::string name, bool request_based, std::vector<std::string> slaves, bool partition = false) {
+    BlockDevice d;
+    d.name = d.disk = std::move(name);
+    d.request_based = request_based;
+    d.slaves = std::move(slaves);
+    d.is_partition = partition;
+    return d;
+  };
+  Topology with_dm = Topology::FromDevices({device("nvme0n1", true, {}), device("dm-0", false, {"nvme0n1"}),
+                                            device("zram0", false, {})});
+  EXPECT_EQ(with_dm.StackedBioBasedDevices(), (Names{"dm-0"}));
+  Topology without = Topology::FromDevices({device("nvme0n1", true, {}), device("zram0", false, {}),
+                                            device("loop0", true, {})});
+  EXPECT_TRUE(without.StackedBioBasedDevices().empty());
+}
+
 }  // namespace
 }  // namespace mergewatch
