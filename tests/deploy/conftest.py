@@ -5,6 +5,7 @@ Run as `python3 -m pytest tests/deploy` with MERGEWATCHD pointing at the built d
 prerequisite is a failure, never a skip; as another user they skip, unless MERGEWATCH_NO_SKIP=1 turns
 the skip into a failure too.
 """
+import json
 import os
 import shutil
 import signal
@@ -35,6 +36,7 @@ TOOLS = {
     "losetup": "util-linux",
     "setpriv": "util-linux",
     "strace": "strace",
+    "bpftool": "bpftool",
 }
 
 
@@ -232,6 +234,27 @@ def loop_device():
     yield make
     for dev in made:
         dev.detach()
+
+
+def bpf_link_ids_of(pid):
+    """IDs of the BPF links a process holds, from the fdinfo of its file descriptors."""
+    ids = set()
+    fd_dir = f"/proc/{pid}/fdinfo"
+    for fd in os.listdir(fd_dir):
+        try:
+            with open(os.path.join(fd_dir, fd)) as f:
+                for line in f:
+                    if line.startswith("link_id:"):
+                        ids.add(int(line.split()[1]))
+        except OSError:  # the fd was closed meanwhile
+            continue
+    return ids
+
+
+def attached_bpf_link_ids():
+    """IDs of every BPF link attached on the machine (bpftool)."""
+    out = run([tool("bpftool"), "-j", "link", "show"], timeout=30, check=True).stdout
+    return {link["id"] for link in json.loads(out or "[]")}
 
 
 # Bytecode caches would land in the source tree; the tests import nothing worth caching.
