@@ -129,9 +129,11 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
       m.histogram = Log2Histogram(stats.latency_slots, MW_LAT_SLOTS, stats.latency_sum_ns, MW_LAT_MIN_SHIFT,
                                   kNanosecond);
       latency.metric.push_back(m);
+      // Only requests that went through block_rq_insert have a queue time: with the none
+      // scheduler that is almost none, and 30 empty series per device are not worth a scrape.
       m.histogram = Log2Histogram(stats.queue_latency_slots, MW_LAT_SLOTS, stats.queue_latency_sum_ns,
                                   MW_LAT_MIN_SHIFT, kNanosecond);
-      queue_latency.metric.push_back(m);
+      if (m.histogram.sample_count > 0) queue_latency.metric.push_back(m);
       missed.metric.push_back(CounterValue(base, static_cast<double>(stats.missed_merges)));
     }
     if (issued > 0 || stats.back_merges > 0 || stats.front_merges > 0) {

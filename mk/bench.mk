@@ -1,1 +1,21 @@
-# make bench: see bench/README.md (filled in by the benchmark work).
+# make bench: what mergewatchd costs next to bpftrace and libbpf-tools biolatency (bench/run.py,
+# results in BENCHMARKS.md). Not part of make test: it measures speed, which no test may assert.
+BENCH_PACKAGES := fio bpftrace libbpf-tools bpftool util-linux python3
+BENCH_ARGS     ?=
+
+.PHONY: bench deps-bench
+
+deps-bench:
+	@missing=''; for p in $(BENCH_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" != 0 ]; then echo "make bench: missing Debian packages:$$missing; run as root" >&2; exit 1; fi; \
+		echo "make bench: installing$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+bench: all deps-bench
+	@if [ "$$(id -u)" != 0 ]; then echo 'make bench: loads BPF and creates loop devices; run as root' >&2; exit 1; fi
+	@mkdir -p $(BUILD)/bench
+	$(PYTHON) bench/run.py --daemon $(CURDIR)/$(DAEMON) --json $(BUILD)/bench/results.json $(BENCH_ARGS)
