@@ -134,6 +134,9 @@ class TopologyKeeper {
 // may simply predate a device that just appeared.
 StaleKeys FindStaleKeys(const Snapshot& snapshot, const TopologyKeeper& topology, DeviceNamer& namer) {
   StaleKeys stale;
+  // A sysfs that shows no device at all is a wrong --path.sysfs, not a host without disks:
+  // keep the data (counted in mergewatch_unresolved_devices) rather than drop all of it.
+  if (topology.current()->devices().empty()) return stale;
   auto gone = [&](uint32_t major, uint32_t minor, uint64_t diskseq) {
     return !topology.Knows(major, minor, diskseq) && !namer.NameOf(major, minor, diskseq);
   };
