@@ -158,6 +158,18 @@ def wait_for_programs(proc, count, timeout=60):
     raise RuntimeError(f"{proc.args[0]} did not attach {count} programs within {timeout} s")
 
 
+class Floor(Tracer):
+    """Empty programs on the same tracepoints (bench/floor.bpf.c): the cost of being attached."""
+
+    def __init__(self, loader, obj):
+        super().__init__("floor (empty programs)")
+        self.loader, self.obj = loader, obj
+
+    def start(self):
+        self.proc = subprocess.Popen([self.loader, self.obj], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        wait_for_programs(self.proc, 7)
+
+
 class Mergewatchd(Tracer):
     def __init__(self, binary):
         super().__init__("mergewatchd")
@@ -264,12 +276,22 @@ def spread(values):
     return (min(values), max(values)) if values else (0, 0)
 
 
+def set_bpf_stats(on):
+    run(["sysctl", "-qw", f"kernel.bpf_stats_enabled={1 if on else 0}"])
+
+
 def compare(tracers, dev, workload, seconds, repeats):
+    """Each tracer twice per repeat: with bpf_stats on for the BPF time (the accounting itself
+    costs two clock reads per program run), then off for the IOPS a user would see."""
     results = {t.name: [] for t in tracers}
     for r in range(repeats):
         order = tracers[r % len(tracers):] + tracers[:r % len(tracers)]
         for t in order:
+            set_bpf_stats(True)
             res = measure(t, dev, workload, seconds)
+            set_bpf_stats(False)
+            res["iops_with_stats"] = res["iops"]
+            res["iops"] = measure(t, dev, workload, seconds)["iops"]
             results[t.name].append(res)
             log(f"{workload} #{r + 1} {t.name}: {res['iops']:.0f} IOPS, {res['bpf_ns_per_io']:.0f} BPF ns/I/O")
     return results
@@ -285,11 +307,12 @@ def metrics_latency(daemon, cleanup, devices, scrapes):
             run(["dd", f"if={d}", "of=/dev/null", "bs=64k", "count=64", "iflag=direct"])
         # Global options first, then one job per device: 20 random reads/s each, for the whole scrape phase.
         jobs = sum([[f"--name=d{i}", f"--filename={d}"] for i, d in enumerate(devs)], [])
-        light = subprocess.Popen(["fio", "--direct=1", "--ioengine=psync", "--rw=randread", "--bs=4k", "--time_based",
-                                  "--runtime=600", "--rate_iops=20"] + jobs,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        # fio forks a process per job: stop the whole group, or the loop devices stay busy.
-        cleanup.push("light fio", lambda: (os.killpg(light.pid, signal.SIGKILL), light.wait()))
+        # --thread: one process (forked fio jobs call setsid() and would outlive a kill of the parent,
+        # keeping the loop devices busy).
+        light = subprocess.Popen(["fio", "--thread", "--direct=1", "--ioengine=psync", "--rw=randread", "--bs=4k",
+                                  "--time_based", "--runtime=600", "--rate_iops=20"] + jobs,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cleanup.push("light fio", lambda: (light.kill(), light.wait()))
         time.sleep(2)
         url = f"http://127.0.0.1:{PORT}/metrics"
         times, sizes = [], []
@@ -330,7 +353,7 @@ def daemon_idle_cost(daemon, seconds):
 def print_table(title, results, baseline):
     base = median([r["iops"] for r in results[baseline]])
     print(f"\n{title}")
-    print(f"| tracer | IOPS (median) | vs none | BPF ns per I/O (median, min-max) |")
+    print(f"| tracer | IOPS, bpf_stats off (median) | vs none | BPF ns per I/O (median, min-max) |")
     print("|---|---|---|---|")
     for name, runs in results.items():
         iops = median([r["iops"] for r in runs])
@@ -354,6 +377,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="2 s runs, 1 repeat, 100 scrapes: a smoke test")
     ap.add_argument("--json", help="also write the raw results here")
+    ap.add_argument("--floor", nargs=2, metavar=("LOADER", "OBJECT"),
+                    help="the empty-programs floor: build/bench/floor build/bench/floor.bpf.o")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench: needs root (BPF, loop devices, sysctl)")
@@ -368,7 +393,6 @@ def main():
     try:
         with open("/proc/sys/kernel/bpf_stats_enabled") as f:
             old_stats = f.read().strip()
-        run(["sysctl", "-qw", "kernel.bpf_stats_enabled=1"])
         cleanup.push("bpf_stats_enabled", lambda: run(["sysctl", "-qw", f"kernel.bpf_stats_enabled={old_stats}"]))
         # bpftrace attaches classic tracepoints through tracefs; mount it only for the run.
         if not os.path.isdir("/sys/kernel/tracing/events"):
@@ -380,11 +404,13 @@ def main():
         run(["dd", "if=/dev/zero", f"of={dev}", "bs=1M", "count=1024", "oflag=direct"])
         daemon = Mergewatchd(args.daemon)
         tracers = [Tracer("none"), daemon, Bpftrace(), Biolatency()]
+        if args.floor:
+            tracers.append(Floor(*args.floor))
         log(f"randread on {dev}: {args.repeats} x {args.seconds} s per tracer, interleaved")
         randread = compare(tracers, dev, "randread", args.seconds, args.repeats)
         set_queue(dev, nomerges=2)
         log("collapse: sequential 4 KiB in batches of 64, nomerges=2")
-        collapse = compare([Tracer("none"), daemon], dev, "collapse", args.seconds, args.repeats)
+        collapse = compare([Tracer("none"), daemon] + tracers[4:], dev, "collapse", args.seconds, args.repeats)
         set_queue(dev, nomerges=0)
         log("daemon idle cost and time to READY")
         idle = daemon_idle_cost(args.daemon, 5 if args.quick else 10)
