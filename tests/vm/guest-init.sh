@@ -10,6 +10,10 @@
 # Kernel command line parameters (set by run-vm.sh):
 #   mw.script=PATH   guest script to run (host path, seen through the 9p root)
 #   mw.moddir=PATH   host path of the unpacked kernel's lib/modules/<kver>
+#   mw.init=systemd  systemd mode (run-vm.sh --systemd): copy /vmout/rootfs/ (the
+#                    `make install` tree, test units and masks staged by run-vm.sh) into
+#                    the overlay and switch_root to the host's /lib/systemd/systemd as PID 1.
+#                    Its driver unit writes /vmout/exit-status and powers off.
 # The script's exit status goes to /vmout/exit-status; then the VM powers off.
 
 PATH=/bin
@@ -28,9 +32,10 @@ fail() {
 	poweroff -f
 }
 
-script=; moddir=
+script=; moddir=; init=script
 for arg in $(cat /proc/cmdline); do
 	case "$arg" in
+	mw.init=*) init=${arg#mw.init=} ;;
 	mw.script=*) script=${arg#mw.script=} ;;
 	mw.moddir=*) moddir=${arg#mw.moddir=} ;;
 	esac
@@ -78,6 +83,24 @@ mount --bind "$r$moddir" "$r/lib/modules/$kver" || fail "bind modules"
 
 mkdir -p $r/vmout
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 mwout $r/vmout || fail "mount 9p mwout"
+
+if [ "$init" = systemd ]; then
+	# systemd finds proc, sys, dev, run, tmp and cgroup2 already mounted (fresh ones,
+	# as above) and keeps them, as after an initrd. The overlay's upper layer is
+	# writable: the units staged by run-vm.sh go into it.
+	[ -d $r/vmout/rootfs ] || fail "no /vmout/rootfs staged by run-vm.sh --systemd"
+	cp -a $r/vmout/rootfs/. $r/ || fail "copy /vmout/rootfs into the new root"
+	# The host is a container: its /.dockerenv, seen through 9p, would make systemd
+	# believe it runs in docker (and skip units as in a container). This is a VM.
+	rm -f $r/.dockerenv
+	# /etc/machine-id stays the host's: an empty one would make this a "first boot"
+	# (systemd-firstboot, preset-all over 9p), which costs time under TCG.
+	say "root ready at $(cut -d' ' -f1 /proc/uptime)s, switch_root to systemd"
+	umount /proc /sys 2>/dev/null
+	umount -l /dev 2>/dev/null
+	exec switch_root $r /lib/systemd/systemd systemd.unit=mergewatch-vmtest.target
+	fail "switch_root"
+fi
 
 [ -n "$script" ] || fail "no mw.script= on the kernel command line"
 say "root ready at $(cut -d' ' -f1 /proc/uptime)s, running $script"

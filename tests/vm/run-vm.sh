@@ -16,10 +16,19 @@
 #     --bpftrace           run tests/vm/blk-events.bt around every case (slow start)
 #     --timeout SEC        bound on the whole qemu run (default 270, 600 with --bpftrace)
 #     --smp N --mem MiB    guest size (default 2, 2048)
+#     --systemd            systemd mode (needs --daemon): boot the host's systemd as PID 1 with
+#                          `make install DESTDIR=DIR/rootfs DAEMON=<--daemon>` copied into the
+#                          guest's root (/usr/local/sbin/mergewatchd, the shipped unit,
+#                          /etc/default/mergewatchd) and run tests/vm/systemd/driver.sh instead
+#                          of the scenario (--daemon-args then go into /etc/default/mergewatchd)
+#     --unit-dropin FILE   systemd mode: also install FILE as a drop-in,
+#                          /etc/systemd/system/mergewatchd.service.d/50-vmtest.conf (to try a
+#                          change to the unit; test_systemd_unit.py asserts there is none)
 #     -v, --verbose        stream the guest console while it runs
 # Every option also reads an environment variable: MW_VM_OUT, MW_VM_DAEMON,
 # MW_VM_DAEMON_ARGS, MW_VM_METRICS_URL, MW_VM_DETECT_WAIT, MW_VM_CASES,
-# MW_VM_FILE_MB, MW_VM_READER, MW_VM_BPFTRACE=1, MW_VM_TIMEOUT, MW_VM_SMP, MW_VM_MEM;
+# MW_VM_FILE_MB, MW_VM_READER, MW_VM_BPFTRACE=1, MW_VM_SYSTEMD=1, MW_VM_UNIT_DROPIN,
+# MW_VM_TIMEOUT, MW_VM_SMP, MW_VM_MEM;
 # MW_VM_DIR is setup.sh's build dir (default <repo>/build/vm).
 #
 # Exit status: the guest scenario's status; 124 = qemu timed out; 125 = the
@@ -41,6 +50,8 @@ cases=${MW_VM_CASES:-}
 file_mb=${MW_VM_FILE_MB:-64}
 reader=${MW_VM_READER:-cat}
 bpftrace=${MW_VM_BPFTRACE:-0}
+systemd=${MW_VM_SYSTEMD:-0}
+unit_dropin=${MW_VM_UNIT_DROPIN:-}
 timeout_s=${MW_VM_TIMEOUT:-}
 smp=${MW_VM_SMP:-2}
 mem=${MW_VM_MEM:-2048}
@@ -58,6 +69,8 @@ while [ $# -gt 0 ]; do
 	--file-mb) file_mb=$2; shift 2 ;;
 	--reader) reader=$2; shift 2 ;;
 	--bpftrace) bpftrace=1; shift ;;
+	--systemd) systemd=1; shift ;;
+	--unit-dropin) unit_dropin=$2; shift 2 ;;
 	--timeout) timeout_s=$2; shift 2 ;;
 	--smp) smp=$2; shift 2 ;;
 	--mem) mem=$2; shift 2 ;;
@@ -85,7 +98,14 @@ if [ -n "$daemon" ]; then
 	case "$daemon" in
 	/tmp/*|/run/*|/dev/*|/proc/*|/sys/*) die "daemon '$daemon' is under a path the guest mounts afresh; build it elsewhere" ;;
 	esac
-	[ -n "$metrics_url" ] || die "--metrics-url is required with --daemon (the daemon's listen address in the guest)"
+	[ "$systemd" = 1 ] || [ -n "$metrics_url" ] ||
+		die "--metrics-url is required with --daemon (the daemon's listen address in the guest)"
+fi
+if [ "$systemd" = 1 ]; then
+	[ -n "$daemon" ] || die "--systemd needs --daemon PATH (installed by make install as /usr/local/sbin/mergewatchd)"
+	command -v make > /dev/null || die "--systemd: make missing (the guest root gets \`make install DESTDIR=\`)"
+	[ -z "$unit_dropin" ] || [ -f "$unit_dropin" ] || die "--unit-dropin '$unit_dropin' is not a file"
+	[ -x /lib/systemd/systemd ] || die "--systemd: /lib/systemd/systemd missing on the host (the guest's userland)"
 fi
 [ -n "$timeout_s" ] || { [ "$bpftrace" = 1 ] && timeout_s=600 || timeout_s=270; }
 
@@ -112,6 +132,63 @@ touch "$out/.mw-vm-run"
 	printf 'MW_BPFTRACE=%q\n' "$bpftrace"
 } > "$out/guest.env"
 
+# systemd mode: a tree that guest-init.sh copies over the guest's root before switch_root.
+stage_systemd_root() {
+	local root="$out/rootfs" etc="$out/rootfs/etc/systemd/system" u
+	# The real `make install` (PREFIX=/usr/local): daemon, unit (@SBINDIR@ substituted),
+	# /etc/default/mergewatchd, rules. -o all: install what is given, never build here.
+	make -C "$repo" --no-print-directory -o all install DESTDIR="$root" DAEMON="$daemon" \
+		> "$out/make-install.log" 2>&1 || { cat "$out/make-install.log" >&2; die "make install DESTDIR=$root failed"; }
+	# An operator's flags, as an edit of the installed /etc/default/mergewatchd.
+	[ -n "$daemon_args" ] && printf 'MERGEWATCHD_ARGS=%s\n' "$daemon_args" >> "$root/etc/default/mergewatchd"
+	mkdir -p "$etc"
+	if [ -n "$unit_dropin" ]; then
+		install -D -m 0644 "$unit_dropin" "$etc/mergewatchd.service.d/50-vmtest.conf"
+	fi
+	cat > "$etc/mergewatch-vmtest.target" <<-EOF
+	[Unit]
+	Description=mergewatch VM test (tests/vm/run-vm.sh --systemd)
+	Wants=basic.target
+	Requires=mergewatch-vmtest-driver.service
+	After=mergewatch-vmtest-driver.service
+	AllowIsolate=yes
+	EOF
+	# After=mergewatchd.service references the service, so systemd keeps it loaded once it is
+	# stopped: unloaded (garbage-collected), `systemctl show` would report defaults
+	# (ExecMainCode=0, ExecMainStatus=0) whatever the real exit was.
+	cat > "$etc/mergewatch-vmtest-driver.service" <<-EOF
+	[Unit]
+	Description=mergewatch VM test driver
+	DefaultDependencies=no
+	Wants=systemd-journald.socket
+	After=systemd-journald.socket mergewatchd.service
+	# The driver powers off itself; this covers it dying before its EXIT trap.
+	FailureAction=poweroff-immediate
+	[Service]
+	Type=oneshot
+	TimeoutStartSec=infinity
+	Environment=MW_OUT=/vmout PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+	ExecStart=/bin/bash $here/systemd/driver.sh
+	StandardOutput=journal+console
+	StandardError=inherit
+	EOF
+	# Host units (the guest's /etc is the host's) that sysinit/basic would pull in and that
+	# are slow under TCG, need hardware or state the guest lacks, or are irrelevant here.
+	for u in systemd-firstboot.service systemd-machine-id-commit.service systemd-pstore.service \
+		systemd-timesyncd.service blk-availability.service lvm2-monitor.service lvm2-lvmpolld.socket \
+		dm-event.socket uuidd.socket systemd-repart.service systemd-pcrphase-sysinit.service \
+		systemd-pcrphase.service systemd-binfmt.service proc-sys-fs-binfmt_misc.automount \
+		systemd-random-seed.service systemd-update-utmp.service systemd-journal-flush.service \
+		systemd-remount-fs.service systemd-tmpfiles-setup.service systemd-tmpfiles-setup-dev.service \
+		systemd-sysusers.service systemd-modules-load.service systemd-hwdb-update.service \
+		systemd-journal-catalog-update.service systemd-update-done.service ldconfig.service \
+		sys-fs-fuse-connections.mount sys-kernel-config.mount timers.target \
+		nvmefc-boot-connections.service nvmf-autoconnect.service; do
+		ln -sfn /dev/null "$etc/$u"
+	done
+}
+[ "$systemd" = 1 ] && stage_systemd_root
+
 disk=$(mktemp "$vmdir/nvme-XXXXXX.img")
 truncate -s 2G "$disk"      # sparse; deleted on exit
 
@@ -125,7 +202,13 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-say "kernel $KVER, out $out, timeout ${timeout_s}s, daemon ${daemon:-none}, bpftrace $bpftrace"
+say "kernel $KVER, out $out, timeout ${timeout_s}s, daemon ${daemon:-none}, bpftrace $bpftrace, systemd $systemd"
+if [ "$systemd" = 1 ]; then
+	append="console=ttyS0 panic=-1 mitigations=off mw.init=systemd mw.moddir=$MODDIR"
+	append+=" systemd.unit=mergewatch-vmtest.target systemd.show_status=1 fstab=no systemd.firstboot=0"
+else
+	append="console=ttyS0 panic=-1 mitigations=off mw.script=$here/guest-scenario.sh mw.moddir=$MODDIR"
+fi
 start=$(date +%s.%N)
 # TCG only: KVM does not work on this host kind (see tests/vm/README.md).
 # -nodefaults: no VGA/NIC/floppy; the guest needs no network besides loopback.
@@ -134,7 +217,7 @@ timeout --kill-after=10 "$timeout_s" qemu-system-x86_64 \
 	-nodefaults -no-user-config -display none -no-reboot \
 	-serial "file:$out/console.log" -monitor none \
 	-kernel "$VMLINUZ" -initrd "$INITRD" \
-	-append "console=ttyS0 panic=-1 mitigations=off mw.script=$here/guest-scenario.sh mw.moddir=$MODDIR" \
+	-append "$append" \
 	-drive "file=$disk,if=none,id=nvm,format=raw,cache=unsafe" \
 	-device nvme,serial=mw0001,drive=nvm \
 	-fsdev local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap \

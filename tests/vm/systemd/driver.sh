@@ -1,0 +1,176 @@
+#!/bin/bash
+# Driver of the systemd-mode VM test (tests/vm/run-vm.sh --systemd): runs as root in the
+# guest, started by mergewatch-vmtest-driver.service under the host's systemd as PID 1, with
+# `make install DESTDIR=` output (daemon, unit, /etc/default/mergewatchd) copied into the root.
+#
+# It drives mergewatchd.service through enable, start, privileges, I/O, watchdog, kill -9 of
+# the main PID, stop and the journal, and writes into $MW_OUT (/vmout, the host's run dir):
+#   results.txt              key=value per observation (tests/vm/test_systemd_unit.py asserts them)
+#   guest.log                this script's output
+#   metrics-*.prom           /metrics scrapes; status-main.txt  /proc/PID/status of the main process
+#   bpftool-{prog,link}-{running-1,running-2,after-stop}.{json,txt}
+#   show-*.txt               `systemctl show` / `systemctl status` at each step
+#   journal-mergewatchd.json, journal-mergewatchd.txt, journal-boot.txt, unit-as-loaded.txt
+#   exit-status              0 when every driver-side check passed, else the number that failed
+# Then it powers the VM off. The driver-side checks are a summary: the pytest re-reads the files.
+set -u
+out=${MW_OUT:-/vmout}
+unit=mergewatchd.service
+url=http://127.0.0.1:9863/metrics
+exec > >(tee -a "$out/guest.log") 2>&1
+
+fails=0
+up() { cut -d' ' -f1 /proc/uptime; }
+say() { echo "mw-driver [$(up)s]: $*"; }
+res() { echo "$1=$2" >> "$out/results.txt"; echo "RESULT $1=$2"; }
+check() {  # check NAME COMMAND...: records NAME_ok=1|0
+	if "${@:2}"; then res "$1_ok" 1; else res "$1_ok" 0; fails=$((fails + 1)); say "CHECK FAILED: $1"; fi
+}
+prop() { systemctl show -p "$1" --value "$unit"; }
+# No retry on purpose: right after `systemctl start` returns, /metrics must already answer.
+scrape() { curl -sS --max-time 10 "$url" > "$out/$1" 2>> "$out/guest.log"; }
+# attached TP FILE: the value of mergewatch_bpf_program_attached for tracepoint TP in FILE.
+attached() { awk -v tp="tracepoint=\"$1\"" 'index($0, "mergewatch_bpf_program_attached{") == 1 && index($0, tp) { print $NF }' "$out/$2"; }
+# Monotonic seconds (the guest never suspends, so /proc/uptime is CLOCK_MONOTONIC here).
+since() { awk -v a="$1" -v b="$(up)" 'BEGIN { printf "%.1f", b - a }'; }
+bpf_snapshot() {  # bpf_snapshot TAG: programs and links, JSON for the pytest, text for people
+	bpftool -j prog show > "$out/bpftool-prog-$1.json" 2>> "$out/guest.log"
+	bpftool -j link show > "$out/bpftool-link-$1.json" 2>> "$out/guest.log"
+	{ bpftool prog show; echo; bpftool link show; } > "$out/bpftool-$1.txt" 2>&1
+}
+# count of programs whose name is one of mergewatch's block tracepoint handlers
+mw_progs() { grep -cE 'name (btf|raw)_(rq_issue|rq_complete)( |$)' "$out/bpftool-$1.txt"; }
+finish() {
+	say "done with $fails failed check(s)"
+	journalctl -b -o short-monotonic --no-pager > "$out/journal-boot.txt" 2>&1
+	echo "$fails" > "$out/exit-status"
+	sync
+	systemctl poweroff -ff
+}
+trap finish EXIT
+
+say "$(systemctl --version | head -n 1), kernel $(uname -r), virtualization $(systemd-detect-virt)"
+res kernel "$(uname -r)"
+res virtualization "$(systemd-detect-virt)"
+
+# No udev in the guest (nor on the host): load the NVMe driver by hand, before the daemon starts.
+modprobe nvme
+for _ in $(seq 1 60); do [ -b /dev/nvme0n1 ] && break; sleep 0.5; done
+check nvme_present test -b /dev/nvme0n1
+
+# 0. What `make install` printed: `systemctl enable --now mergewatchd`. Enable first.
+timeout 60 systemctl enable "$unit"; rc=$?
+res enable_rc "$rc"
+res is_enabled "$(systemctl is-enabled "$unit")"
+res wants_link "$(readlink /etc/systemd/system/multi-user.target.wants/$unit)"
+check enable test "$rc" = 0 -a "$(systemctl is-enabled "$unit")" = enabled
+systemctl cat "$unit" > "$out/unit-as-loaded.txt" 2>&1
+res fragment_path "$(prop FragmentPath)"
+res dropin_paths "$(prop DropInPaths)"
+
+# 1. Type=notify: `systemctl start` returns once READY=1 arrived, i.e. after attach + listen.
+say "systemctl start $unit"
+t0=$(up)
+timeout 120 systemctl start "$unit"; rc=$?
+t1=$(up)
+active=$(systemctl is-active "$unit")
+scrape metrics-at-ready.prom; scrape_rc=$?
+res start_rc "$rc"
+res start_seconds "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')"
+res active_at_ready "$active"
+res metrics_at_ready_rc "$scrape_rc"
+res attached_at_ready_rq_issue "$(attached block_rq_issue metrics-at-ready.prom)"
+res attached_at_ready_rq_complete "$(attached block_rq_complete metrics-at-ready.prom)"
+check start test "$rc" = 0 -a "$active" = active
+check attached_at_ready test "$(attached block_rq_issue metrics-at-ready.prom)" = 1 \
+	-a "$(attached block_rq_complete metrics-at-ready.prom)" = 1
+pid1=$(prop MainPID)
+res main_pid_1 "$pid1"
+systemctl show "$unit" > "$out/show-running-1.txt"
+systemctl status --no-pager "$unit" > "$out/status-running-1.txt" 2>&1
+
+# 2. Identity and privileges of the main process.
+cp "/proc/$pid1/status" "$out/status-main.txt"
+st() { awk -v k="$1:" '$1 == k { $1 = ""; sub(/^ /, ""); print }' "$out/status-main.txt"; }
+res main_uid "$(st Uid)"
+res main_capeff "$(st CapEff)"
+res main_capbnd "$(st CapBnd)"
+res main_nonewprivs "$(st NoNewPrivs)"
+res main_seccomp "$(st Seccomp)"
+res main_user "$(ps -o user= -p "$pid1")"
+check unprivileged test "$(st Uid | awk '{ print $1 }')" != 0 -a "$(st CapEff)" = 000000c000000000
+bpf_snapshot running-1
+res bpftool_running_1_programs "$(mw_progs running-1)"
+
+# 3. Direct reads from the NVMe disk reach the histogram.
+dd if=/dev/nvme0n1 of=/dev/null bs=4k count=256 iflag=direct 2>&1
+sleep 1
+scrape metrics-after-dd.prom
+check io_scraped test -s "$out/metrics-after-dd.prom"
+
+# 4. WatchdogSec=30s: pings move WatchdogTimestamp, and the service outlives WatchdogSec with the
+#    same main process (without pings systemd would abort it 30 s after start).
+res watchdog_usec "$(prop WatchdogUSec)"
+wd1=$(prop WatchdogTimestampMonotonic)
+sleep 3
+wd2=$(prop WatchdogTimestampMonotonic)
+res watchdog_ts_1 "$wd1"
+res watchdog_ts_2 "$wd2"
+active_enter=$(prop ActiveEnterTimestampMonotonic)
+active_enter_s=$(awk -v u="$active_enter" 'BEGIN { printf "%.3f", u / 1e6 }')
+# Wait until the service has been active for WatchdogSec + 5 s (bounded: at most 45 s here).
+for _ in $(seq 1 90); do
+	awk -v a="$active_enter_s" -v b="$(up)" 'BEGIN { exit !(b - a >= 35) }' && break
+	sleep 0.5
+done
+res active_for_seconds "$(since "$active_enter_s")"
+res watchdog_ts_3 "$(prop WatchdogTimestampMonotonic)"
+res active_after_watchdog "$(systemctl is-active "$unit")"
+res main_pid_after_watchdog "$(prop MainPID)"
+res nrestarts_after_watchdog "$(prop NRestarts)"
+check watchdog eval '[ "$(prop WatchdogUSec)" = 30s ] && [ "$wd2" -gt "$wd1" ] && [ "$(prop MainPID)" = "$pid1" ] && [ "$(prop NRestarts)" = 0 ]'
+
+# 5. kill -9 of the main PID: Restart=on-failure brings it back after RestartSec=5s.
+say "kill -9 $pid1"
+tk=$(up)
+kill -9 "$pid1"
+pid2=0; state=; n=
+for _ in $(seq 1 120); do
+	state=$(prop ActiveState); pid2=$(prop MainPID); n=$(prop NRestarts)
+	[ "$state" = active ] && [ "$n" = 1 ] && [ "$pid2" != 0 ] && [ "$pid2" != "$pid1" ] && break
+	sleep 0.5
+done
+res restart_seconds "$(since "$tk")"
+res nrestarts "$n"
+res main_pid_2 "$pid2"
+res active_after_kill "$state"
+scrape metrics-after-restart.prom; rc=$?
+res metrics_after_restart_rc "$rc"
+res attached_after_restart_rq_issue "$(attached block_rq_issue metrics-after-restart.prom)"
+res attached_after_restart_rq_complete "$(attached block_rq_complete metrics-after-restart.prom)"
+systemctl show "$unit" > "$out/show-running-2.txt"
+systemctl status --no-pager "$unit" > "$out/status-running-2.txt" 2>&1
+bpf_snapshot running-2
+res bpftool_running_2_programs "$(mw_progs running-2)"
+check restart eval '[ "$state" = active ] && [ "$n" = 1 ] && [ "$pid2" != "$pid1" ] && [ "$rc" = 0 ]'
+
+# 6. Stop: SIGTERM, clean exit, programs and links gone. This unit is After=mergewatchd.service,
+#    which keeps the stopped unit loaded: a garbage-collected unit shows default properties.
+say "systemctl stop $unit"
+timeout 60 systemctl stop "$unit"; rc=$?
+res stop_rc "$rc"
+res active_after_stop "$(systemctl is-active "$unit")"
+systemctl show "$unit" > "$out/show-after-stop.txt"
+for p in Result ExecMainPID ExecMainCode ExecMainStatus NRestarts; do res "after_stop_$p" "$(prop "$p")"; done
+bpf_snapshot after-stop
+res bpftool_after_stop_programs "$(mw_progs after-stop)"
+check stop eval '[ "$rc" = 0 ] && [ "$(systemctl is-active "$unit")" = inactive ] && [ "$(prop Result)" = success ] &&
+	[ "$(prop ExecMainPID)" = "$pid2" ] && [ "$(prop ExecMainCode)" = 1 ] && [ "$(prop ExecMainStatus)" = 0 ] &&
+	[ "$(mw_progs after-stop)" = 0 ]'
+
+# 7. Journal: the daemon's <N> prefixes become PRIORITY fields.
+journalctl --sync 2>/dev/null
+journalctl -u "$unit" -o json --no-pager > "$out/journal-mergewatchd.json" 2>&1
+journalctl -u "$unit" -o short-monotonic --no-pager > "$out/journal-mergewatchd.txt" 2>&1
+res journal_entries "$(wc -l < "$out/journal-mergewatchd.json")"
+check journal test "$(grep '"_COMM":"mergewatchd"' "$out/journal-mergewatchd.json" | grep -c '"PRIORITY":"6"')" -gt 0
