@@ -30,7 +30,12 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 BPFTRACE_SCRIPT = os.path.join(HERE, "mergewatch-equivalent.bt")
 BIOLATENCY = "/usr/sbin/biolatency"
-PORT = 19863
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def log(msg):
@@ -181,20 +186,25 @@ class Mergewatchd(Tracer):
         path = os.path.join(sock_dir, "notify")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         sock.bind(path)
-        sock.settimeout(30)
+        sock.settimeout(0.2)
         env = dict(os.environ, NOTIFY_SOCKET=path)
+        self.port = free_port()
         t0 = time.monotonic()
-        self.proc = subprocess.Popen([self.binary, f"--web.listen-address=127.0.0.1:{PORT}", "--log.level=warn"],
+        self.proc = subprocess.Popen([self.binary, f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
                                      env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
             while True:
-                msg = sock.recv(4096).decode()
-                if "READY=1" in msg:
-                    self.ready_seconds = time.monotonic() - t0
-                    break
-        except socket.timeout:
-            self.stop()
-            raise RuntimeError("mergewatchd sent no READY=1 within 30 s")
+                try:
+                    if "READY=1" in sock.recv(4096).decode():
+                        self.ready_seconds = time.monotonic() - t0
+                        break
+                except socket.timeout:
+                    pass
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"mergewatchd exited with {self.proc.returncode}: {self.proc.stderr.read()}")
+                if time.monotonic() - t0 > 30:
+                    self.stop()
+                    raise RuntimeError("mergewatchd sent no READY=1 within 30 s")
         finally:
             sock.close()
             shutil.rmtree(sock_dir)
@@ -314,7 +324,7 @@ def metrics_latency(daemon, cleanup, devices, scrapes):
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         cleanup.push("light fio", lambda: (light.kill(), light.wait()))
         time.sleep(2)
-        url = f"http://127.0.0.1:{PORT}/metrics"
+        url = f"http://127.0.0.1:{proc.port}/metrics"
         times, sizes = [], []
         for _ in range(scrapes):
             t0 = time.perf_counter()
