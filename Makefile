@@ -13,6 +13,7 @@ PYTHON      ?= /usr/bin/python3
 VMLINUX_BTF ?= /sys/kernel/btf/vmlinux
 VMLINUX_H   ?= $(BUILD)/vmlinux.h
 RUN_ARGS    ?=
+NPROC       := $(shell nproc 2>/dev/null || echo 2)
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
 
 ARCH := $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/' -e 's/ppc64le/powerpc/' -e 's/s390x/s390/')
@@ -59,14 +60,17 @@ BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Werror \
 CLANG_BPF_SYS_INCLUDES = $(shell $(CLANG) -v -E - </dev/null 2>&1 \
 	| sed -n '/<...> search starts here:/,/End of search list./{ s| \(/.*\)|-idirafter \1|p }')
 
-.PHONY: all build run test test-unit test-privileged test-deploy test-vm install uninstall clean deps help
+.PHONY: all build run test test-unit test-privileged test-deploy test-vm install uninstall clean deps help \
+	test-sanitize test-fuzz deps-reliability
 
 help:
 	@echo 'mergewatch targets:'
 	@echo '  make run             install deps, build, run mergewatchd as root (RUN_ARGS="--flag=value ...")'
-	@echo '  make test            install deps, build, run every test (unit + privileged)'
+	@echo '  make test            install deps, build, run every test: unit, sanitizers, fuzz, privileged, deploy, VM'
 	@echo '  make all             install deps and build $(DAEMON)'
 	@echo '  make test-unit       GoogleTest unit tests only (no root needed)'
+	@echo '  make test-sanitize   unit tests under ASan+UBSan+LeakSanitizer (g++, objects in $(BUILD)/asan/)'
+	@echo '  make test-fuzz       libFuzzer on the sysfs topology reader, 30 s (FUZZ_TIME=); clang++, $(BUILD)/fuzz/'
 	@echo '  make test-privileged tests on real tracepoints and loop devices (root)'
 	@echo '  make test-deploy     systemd unit (verify, security, sandbox), Prometheus rules, alert path end to end'
 	@echo '  make test-vm         the 2019 incident in a qemu VM: Debian 6.1, NVMe, LVM snapshot (root)'
@@ -87,7 +91,7 @@ deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
-all: deps
+all: deps deps-reliability
 	@$(MAKE) --no-print-directory build
 
 build: $(DAEMON) $(UNIT_BIN)
@@ -101,11 +105,13 @@ REPORTS := $(BUILD)/reports
 test: all
 	@rm -rf $(REPORTS); status=0; \
 	$(MAKE) --no-print-directory test-unit || status=1; \
+	$(MAKE) --no-print-directory -j$(NPROC) test-sanitize || status=1; \
+	$(MAKE) --no-print-directory -j$(NPROC) test-fuzz || status=1; \
 	$(MAKE) --no-print-directory test-privileged || status=1; \
 	$(MAKE) --no-print-directory test-deploy || status=1; \
 	$(MAKE) --no-print-directory test-vm || status=1; \
-	$(PYTHON) tests/summary.py $(REPORTS)/unit.json $(REPORTS)/privileged.xml $(REPORTS)/deploy.xml \
-		$(REPORTS)/vm.xml || status=1; \
+	$(PYTHON) tests/summary.py $(REPORTS)/unit.json $(REPORTS)/sanitize.json $(REPORTS)/fuzz.xml \
+		$(REPORTS)/privileged.xml $(REPORTS)/deploy.xml $(REPORTS)/vm.xml || status=1; \
 	exit $$status
 
 test-unit: $(UNIT_BIN)
