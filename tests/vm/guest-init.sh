@@ -68,7 +68,8 @@ ln -sf /proc/self/fd $r/dev/fd          # bash process substitution needs /dev/f
 ln -sf /proc/self/fd/0 $r/dev/stdin
 ln -sf /proc/self/fd/1 $r/dev/stdout
 ln -sf /proc/self/fd/2 $r/dev/stderr
-mount -t tmpfs tmp $r/tmp
+# /tmp stays the overlay's (writable, the host's files visible beneath): a checkout under /tmp,
+# as CI makes one, must stay reachable for the scenario scripts and the daemon.
 mount -t tmpfs run $r/run
 mkdir -p $r/run/lock
 mount -t tracefs tracefs $r/sys/kernel/tracing 2>/dev/null
@@ -85,7 +86,7 @@ mkdir -p $r/vmout
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 mwout $r/vmout || fail "mount 9p mwout"
 
 if [ "$init" = systemd ]; then
-	# systemd finds proc, sys, dev, run, tmp and cgroup2 already mounted (fresh ones,
+	# systemd finds proc, sys, dev, run and cgroup2 already mounted (fresh ones,
 	# as above) and keeps them, as after an initrd. The overlay's upper layer is
 	# writable: the units staged by run-vm.sh go into it.
 	[ -d $r/vmout/rootfs ] || fail "no /vmout/rootfs staged by run-vm.sh --systemd"

@@ -96,7 +96,7 @@ if [ -n "$daemon" ]; then
 	[ -x "$daemon" ] || die "daemon '$daemon' is not an executable file"
 	# The guest sees the host's / except these, which it mounts afresh.
 	case "$daemon" in
-	/tmp/*|/run/*|/dev/*|/proc/*|/sys/*) die "daemon '$daemon' is under a path the guest mounts afresh; build it elsewhere" ;;
+	/run/*|/dev/*|/proc/*|/sys/*) die "daemon '$daemon' is under a path the guest mounts afresh; build it elsewhere" ;;
 	esac
 	[ "$systemd" = 1 ] || [ -n "$metrics_url" ] ||
 		die "--metrics-url is required with --daemon (the daemon's listen address in the guest)"
