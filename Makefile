@@ -74,7 +74,7 @@ help:
 	@echo '  make test-privileged tests on real tracepoints and loop devices (root)'
 	@echo '  make test-deploy     systemd unit (verify, security, sandbox), Prometheus rules, alert path end to end'
 	@echo '  make test-vm         the 2019 incident in a qemu VM: Debian 6.1, NVMe, LVM snapshot (root)'
-	@echo '  make bench           overhead next to bpftrace and biolatency (BENCH_ARGS=--quick); see BENCHMARKS.md'
+	@echo '  make bench           overhead next to bpftrace and biolatency (BENCH_QUICK=1, BENCH_SECONDS=, BENCH_REPEATS=); see BENCHMARKS.md'
 	@echo '  make install         install to $$(DESTDIR)$$(PREFIX) (PREFIX=$(PREFIX))'
 	@echo '  make uninstall       remove what install put there'
 	@echo '  make deps            install the Debian packages the build and tests need (idempotent)'

@@ -1,22 +1,43 @@
 #!/usr/bin/env python3
-"""make bench: what mergewatchd costs, side by side with the tools a user would pick instead.
+"""make bench: what mergewatchd costs, next to the tools a user would pick instead.
 
-Workloads on a RAM-backed loop device (file in /dev/shm, scheduler none):
+Workloads on a RAM-backed loop device (a file in /dev/shm, scheduler none):
   randread  fio 4 KiB random reads, libaio, queue depth 32, two jobs (both cores busy)
-  collapse  fio 4 KiB sequential reads submitted in batches of 64 with nomerges=2 (the incident)
-Tracers, interleaved and repeated: none, mergewatchd, bench/mergewatch-equivalent.bt (bpftrace),
-libbpf-tools `biolatency -D -Q`. For each: IOPS relative to no tracer and BPF time per I/O, the
-sum of the tracer's programs' run_time_ns (kernel.bpf_stats_enabled=1) over the I/Os the disk
-completed. Then the daemon's own cost: time to READY, CPU idle and under load, peak RSS, and
-/metrics latency with 32 loop devices active.
+  collapse  fio 4 KiB sequential reads submitted and reaped in batches of 64, nomerges=2 (the
+            2019 incident: every bio its own request, the most events per byte)
+Tracers, interleaved (the order rotates every repeat) and repeated:
+  none; mergewatchd; mergewatchd with block_bio_queue forced on (a sysfs fixture with a stacked
+  dm device, so all eight programs are attached: the full feature set); bench/mergewatch-equivalent.bt
+  (bpftrace); libbpf-tools `biolatency -D -Q`; and the floor: empty tp_btf programs
+  (bench/floor.bpf.c) on exactly the tracepoints mergewatchd attached, once for each daemon variant.
+Each tracer start runs fio twice: once with kernel.bpf_stats_enabled=0 for the IOPS a user sees and
+once with it on for the BPF time (the accounting itself costs two clock reads per program run). BPF
+time per I/O is the sum of the run_time_ns of the tracer's own programs (found through the fds its
+process holds) over the I/Os every disk completed meanwhile; per program, the tracepoint comes from
+the program's link or perf event.
+Then the daemon's own cost: time to READY (NOTIFY_SOCKET datagram socket bound here), CPU idle and
+under load (utime+stime in /proc/PID/stat), peak RSS (VmHWM), and /metrics latency with 32 loop
+devices doing light I/O.
 
-Usage: bench/run.py --daemon build/mergewatchd [--seconds 6] [--repeats 3] [--quick] [--json out.json]
-Needs root. Leaves nothing behind: loop devices detached, processes stopped, sysctl and tracefs
-restored.
+The machine may be shared: before each measurement the script waits (up to --quiet-wait s) until no
+foreign BPF program is attached to a block tracepoint and other disks are idle, and it flags every
+run during which either happened. Medians are taken over the repeats; the spread is min-max.
+
+Configuration: flags, or the environment (make bench passes it on)
+  --seconds / BENCH_SECONDS   fio run length, default 5
+  --repeats / BENCH_REPEATS   repetitions per tracer, default 3
+  --scrapes / BENCH_SCRAPES   /metrics scrapes, default 1000
+  --quick   / BENCH_QUICK=1   smoke test: 2 s, 1 repeat, 200 scrapes, fewer READY starts
+Needs root. Leaves nothing behind: loop devices it created detached, their files removed, every
+process it started stopped by PID, bpf_stats_enabled restored; bpftrace gets tracefs in a private
+mount namespace, so the host's mounts are never touched. The end of the run checks all of it.
 """
 import argparse
+import datetime
 import json
+import math
 import os
+import platform
 import shutil
 import signal
 import socket
@@ -28,14 +49,19 @@ import time
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
 BPFTRACE_SCRIPT = os.path.join(HERE, "mergewatch-equivalent.bt")
+# A sysfs tree with dm devices stacked on a disk: mergewatchd then attaches block_bio_queue too.
+STACKED_SYSFS = os.path.join(REPO, "tests", "fixtures", "sysfs", "seed-lvm-snapshot")
 BIOLATENCY = "/usr/sbin/biolatency"
+SHM_PREFIX = f"/dev/shm/mergewatch-bench-{os.getpid()}-"
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# Targets of the issue, checked in the summary.
+TARGET_BPF_NS = 300
+TARGET_IOPS_SHARE = 0.97
+TARGET_RSS_MIB = 12
+TARGET_SCRAPE_P99_MS = 2
+TARGET_READY_MS = 300
 
 
 def log(msg):
@@ -46,8 +72,24 @@ def run(cmd, **kw):
     return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)
 
 
+def median(values):
+    return statistics.median(values) if values else float("nan")
+
+
+def percentile(sorted_values, p):
+    """Nearest-rank percentile of an ascending list."""
+    if not sorted_values:
+        return float("nan")
+    rank = max(1, math.ceil(p / 100 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def spread(values):
+    return (min(values), max(values)) if values else (float("nan"), float("nan"))
+
+
 class Cleanup:
-    """Undo stack: every resource registers how to release it, released in reverse order."""
+    """Undo stack: every resource registers how to release it; released in reverse order."""
 
     def __init__(self):
         self.steps = []
@@ -64,52 +106,112 @@ class Cleanup:
                 log(f"cleanup of {what} failed: {e}")
 
 
-def make_loop(cleanup, size_mb, name):
-    path = f"/dev/shm/mergewatch-bench-{os.getpid()}-{name}.img"
+CLEANUP = Cleanup()
+OWN_PIDS = set()        # every process this run started
+OWN_PROG_IDS = set()    # every BPF program those processes held
+OWN_LOOPS = []          # (device, backing file)
+
+
+def spawn(cmd, **kw):
+    """Popen registered for cleanup: killed by PID if still running at the end."""
+    proc = subprocess.Popen(cmd, **kw)
+    OWN_PIDS.add(proc.pid)
+
+    def stop():
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    CLEANUP.push(f"pid {proc.pid} ({os.path.basename(cmd[0])})", stop)
+    return proc
+
+
+def make_loop(size_mb, name, fill=False):
+    path = f"{SHM_PREFIX}{name}.img"
     with open(path, "wb") as f:
         f.truncate(size_mb << 20)
-    cleanup.push(f"rm {path}", lambda: os.unlink(path))
+    CLEANUP.push(f"rm {path}", lambda: os.path.exists(path) and os.unlink(path))
     dev = run(["losetup", "-f", "--show", path]).stdout.strip()
-    cleanup.push(f"losetup -d {dev}", lambda: run(["losetup", "-d", dev]))
+    OWN_LOOPS.append((dev, path))
+    CLEANUP.push(f"losetup -d {dev}", lambda: run(["losetup", "-d", dev]))
+    if fill:  # real pages, not holes
+        run(["dd", "if=/dev/zero", f"of={dev}", "bs=1M", f"count={size_mb}", "oflag=direct"])
     return dev
 
 
 def set_queue(dev, **attrs):
-    name = os.path.basename(dev)
     for attr, value in attrs.items():
-        with open(f"/sys/block/{name}/queue/{attr}", "w") as f:
+        with open(f"/sys/block/{os.path.basename(dev)}/queue/{attr}", "w") as f:
             f.write(str(value))
 
 
-def reads_completed(dev):
-    with open(f"/sys/block/{os.path.basename(dev)}/stat") as f:
-        return int(f.read().split()[0])
-
-
-def prog_ids_of(pid):
-    """BPF programs a process holds: prog_id lines in the fdinfo of its prog and link fds."""
-    ids = set()
-    fd_dir = f"/proc/{pid}/fdinfo"
-    for fd in os.listdir(fd_dir):
+def disk_ios():
+    """Reads + writes completed per whole disk (partitions are inside their disk's count)."""
+    ios = {}
+    for name in os.listdir("/sys/block"):
         try:
-            with open(os.path.join(fd_dir, fd)) as f:
-                for line in f:
-                    if line.startswith("prog_id:"):
-                        ids.add(int(line.split()[1]))
-        except OSError:
+            with open(f"/sys/block/{name}/stat") as f:
+                fields = f.read().split()
+            ios[name] = int(fields[0]) + int(fields[4])
+        except (OSError, IndexError, ValueError):
             pass
-    return ids
+    return ios
 
 
-def prog_stats():
-    out = json.loads(run(["bpftool", "prog", "show", "-j"]).stdout)
-    return {p["id"]: (p.get("name", "?"), p.get("run_time_ns", 0), p.get("run_cnt", 0)) for p in out}
+def io_delta(before, after, mine):
+    own = sum(after.get(n, 0) - before.get(n, 0) for n in mine)
+    other = sum(max(0, v - before.get(n, 0)) for n, v in after.items() if n not in mine)
+    return own, other
 
 
-def cpu_seconds(pid):
+def cpu_times():
+    """(steal, idle + iowait, total) of all CPUs, in clock ticks."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    return fields[7] if len(fields) > 7 else 0, fields[3] + fields[4], sum(fields[:8])
+
+
+PF_KTHREAD = 0x00200000
+
+
+def other_cpu_ticks():
+    """pid -> utime+stime+cutime+cstime of every user-space process not started by this run (kernel
+    threads are the I/O path itself: loop workers, softirqs). With cutime/cstime, children reaped
+    during a run are counted through their parent."""
+    out = {}
+    own = OWN_PIDS | {os.getpid()}
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) in own:
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[6]) & PF_KTHREAD:
+            continue
+        out[int(name)] = sum(int(x) for x in fields[11:15])
+    return out
+
+
+def other_cpu_share(before, after, total_ticks):
+    used = sum(v - before.get(pid, 0) for pid, v in after.items())
+    return max(0, used) / max(1, total_ticks)
+
+
+def proc_cpu_seconds(pid):
+    """CPU time of a process: utime + stime of /proc/PID/stat (clock ticks, 10 ms here), refined
+    by the nanosecond run time of its live threads (/proc/PID/task/*/schedstat) when available."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    try:
+        ns = 0
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                ns += int(f.read().split()[0])
+        return ns / 1e9
+    except (OSError, ValueError, IndexError):
+        return ticks
 
 
 def status_kib(pid, key):
@@ -120,83 +222,149 @@ def status_kib(pid, key):
     return 0
 
 
+def fd_targets(pid):
+    out = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            out.append((fd, os.readlink(f"/proc/{pid}/fd/{fd}")))
+        except OSError:
+            pass
+    return out
+
+
+def prog_ids_of(pid):
+    """BPF programs a process holds: the prog_id lines in the fdinfo of its prog and link fds."""
+    ids = set()
+    for fd, _ in fd_targets(pid):
+        try:
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                for line in f:
+                    if line.startswith("prog_id:"):
+                        ids.add(int(line.split()[1]))
+        except OSError:
+            pass
+    return ids
+
+
+def bpftool_json(*args):
+    try:
+        return json.loads(run(["bpftool", *args, "-j"]).stdout or "[]")
+    except (subprocess.CalledProcessError, json.JSONDecodeError):
+        return []
+
+
+def prog_stats():
+    return {p["id"]: (p.get("name", "?"), p.get("run_time_ns", 0), p.get("run_cnt", 0))
+            for p in bpftool_json("prog", "show")}
+
+
+def attachments():
+    """(prog_id, pid or None, tracepoint) of every BPF program on a tracepoint: raw_tp/tp_btf
+    links, and classic tracepoints through perf events (bpftrace)."""
+    out = []
+    for link in bpftool_json("link", "show"):
+        if link.get("tp_name"):
+            out.append((link.get("prog_id"), None, link["tp_name"]))
+    for ev in bpftool_json("perf", "show"):
+        if ev.get("tracepoint"):
+            out.append((ev.get("prog_id"), ev.get("pid"), ev["tracepoint"]))
+    return out
+
+
+def foreign_block_tracers(mine):
+    """Programs on block tracepoints that are not this run's: another tracer on the machine."""
+    return sorted({(f"pid {pid}" if pid else f"prog {prog}") + f" on {tp}" for prog, pid, tp in attachments()
+                   if tp.startswith("block_") and prog not in mine and pid not in OWN_PIDS})
+
+
 # --- tracers ---------------------------------------------------------------------------------
 
+def wait_for_attach(proc, count, what, timeout=60):
+    """Until the process holds `count` attachments (bpf_link fds, or perf_event fds for classic
+    tracepoints), then a moment for the last to take effect."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            err = proc.stderr.read() if proc.stderr else ""
+            raise RuntimeError(f"{what} exited with {proc.returncode} before attaching: {err.strip()[-500:]}")
+        attached = sum(t in ("anon_inode:bpf_link", "anon_inode:[perf_event]") for _, t in fd_targets(proc.pid))
+        if attached >= count:
+            time.sleep(0.3)
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"{what} did not attach {count} programs within {timeout} s")
+
+
 class Tracer:
+    """A tracer that runs as one process; the base class is 'no tracer'."""
+    stop_signal = signal.SIGINT
+
     def __init__(self, name):
         self.name = name
         self.proc = None
+        self.tracepoints = []  # what it attached, learned at start
 
     def start(self):
         pass
 
+    def programs(self):
+        if not self.proc:
+            return set()
+        ids = prog_ids_of(self.proc.pid)
+        OWN_PROG_IDS.update(ids)
+        return ids
+
+    def learn_tracepoints(self):
+        ids = self.programs()
+        self.tracepoints = sorted({tp for prog, pid, tp in attachments()
+                                   if prog in ids or (self.proc and pid == self.proc.pid)})
+
     def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT if self.name != "mergewatchd" else signal.SIGTERM)
+        if not self.proc:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(self.stop_signal)
             try:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
+                log(f"{self.name} ignored signal {self.stop_signal} for 30 s; killing pid {self.proc.pid}")
                 self.proc.kill()
                 self.proc.wait()
+            if self.proc.returncode != 0:
+                log(f"{self.name} (pid {self.proc.pid}) exited with {self.proc.returncode} when stopped")
+        else:
+            log(f"{self.name} (pid {self.proc.pid}) had exited early with {self.proc.returncode}")
         self.proc = None
 
 
-def wait_for_programs(proc, count, timeout=60):
-    """Until the process holds `count` attachments (bpf_link fds, or perf_event fds for classic
-    tracepoints), then a moment for the last one to take effect."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode} before attaching")
-        attached = 0
-        fd_dir = f"/proc/{proc.pid}/fd"
-        for fd in os.listdir(fd_dir):
-            try:
-                target = os.readlink(os.path.join(fd_dir, fd))
-            except OSError:
-                continue
-            attached += target in ("anon_inode:bpf_link", "anon_inode:[perf_event]")
-        if attached >= count:
-            time.sleep(0.5)
-            return
-        time.sleep(0.1)
-    raise RuntimeError(f"{proc.args[0]} did not attach {count} programs within {timeout} s")
-
-
-class Floor(Tracer):
-    """Empty programs on the same tracepoints (bench/floor.bpf.c): the cost of being attached."""
-
-    def __init__(self, loader, obj):
-        super().__init__("floor (empty programs)")
-        self.loader, self.obj = loader, obj
-
-    def start(self):
-        self.proc = subprocess.Popen([self.loader, self.obj], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        wait_for_programs(self.proc, 7)
-
-
 class Mergewatchd(Tracer):
-    def __init__(self, binary):
-        super().__init__("mergewatchd")
-        self.binary = binary
-        self.ready_seconds = None
+    stop_signal = signal.SIGTERM  # its documented clean shutdown (exit 0, every link detached)
+
+    def __init__(self, binary, name="mergewatchd", extra_args=()):
+        super().__init__(name)
+        self.binary, self.extra_args = binary, list(extra_args)
+        self.ready_ms = None
+        self.port = None
 
     def start(self):
         sock_dir = tempfile.mkdtemp(prefix="mw-bench-")
         path = os.path.join(sock_dir, "notify")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         sock.bind(path)
-        sock.settimeout(0.2)
+        sock.settimeout(0.05)
         env = dict(os.environ, NOTIFY_SOCKET=path)
-        self.port = free_port()
+        with socket.socket() as s:  # a free port per start: a lingering socket never collides
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
         t0 = time.monotonic()
-        self.proc = subprocess.Popen([self.binary, f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
-                                     env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.proc = spawn([self.binary, f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn",
+                           *self.extra_args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True)
         try:
             while True:
                 try:
-                    if "READY=1" in sock.recv(4096).decode():
-                        self.ready_seconds = time.monotonic() - t0
+                    if "READY=1" in sock.recv(4096).decode().split("\n"):
+                        self.ready_ms = (time.monotonic() - t0) * 1e3
                         break
                 except socket.timeout:
                     pass
@@ -208,19 +376,25 @@ class Mergewatchd(Tracer):
         finally:
             sock.close()
             shutil.rmtree(sock_dir)
+        self.learn_tracepoints()
 
 
 class Bpftrace(Tracer):
+    PROBES = 8  # the script's probes; END is not attached to a tracepoint
+
     def __init__(self):
-        super().__init__("bpftrace")
+        super().__init__("bpftrace (equivalent script)")
 
     def start(self):
-        self.proc = subprocess.Popen(["bpftrace", BPFTRACE_SCRIPT], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
-        wait_for_programs(self.proc, 7)  # the seven probes of the script (END is not a BPF program)
-
-    def stop(self):
-        super().stop()
+        cmd = ["bpftrace", BPFTRACE_SCRIPT]
+        if not os.path.isdir("/sys/kernel/tracing/events"):
+            # Classic tracepoints need tracefs; mount it in a private mount namespace of this
+            # process only (unshare and sh exec, so the PID stays bpftrace's).
+            cmd = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                   'mount -t tracefs nodev /sys/kernel/tracing && exec "$@"', "sh"] + cmd
+        self.proc = spawn(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        wait_for_attach(self.proc, self.PROBES, "bpftrace")
+        self.learn_tracepoints()
 
 
 class Biolatency(Tracer):
@@ -229,221 +403,486 @@ class Biolatency(Tracer):
 
     def start(self):
         # One long interval: it prints only when stopped.
-        self.proc = subprocess.Popen([BIOLATENCY, "-D", "-Q", "3600", "1"], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
-        wait_for_programs(self.proc, 3)  # its stdout is block-buffered in a pipe: watch its fds
+        self.proc = spawn([BIOLATENCY, "-D", "-Q", "3600", "1"], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
+        wait_for_attach(self.proc, 3, "biolatency")  # insert (-Q), issue, complete
+        self.learn_tracepoints()
+
+
+class Floor(Tracer):
+    """Empty programs on the tracepoints a mergewatchd variant attached: the cost of being there."""
+
+    def __init__(self, loader, obj, daemon, name):
+        super().__init__(name)
+        self.loader, self.obj, self.daemon = loader, obj, daemon
+
+    def start(self):
+        tps = self.daemon.tracepoints
+        if not tps:
+            raise RuntimeError(f"{self.name}: the tracepoints of {self.daemon.name} are not known yet")
+        self.proc = spawn([self.loader, self.obj, *tps], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True)
+        wait_for_attach(self.proc, len(tps), "floor")
+        self.learn_tracepoints()
 
 
 # --- measurements ----------------------------------------------------------------------------
 
 def fio(dev, workload, seconds):
-    common = ["fio", "--name=bench", f"--filename={dev}", "--direct=1", "--ioengine=libaio", "--time_based",
-              f"--runtime={seconds}", "--group_reporting", "--output-format=json"]
+    # --thread: one process (forked fio jobs setsid() and would outlive a kill of the parent).
+    cmd = ["fio", "--name=bench", f"--filename={dev}", "--direct=1", "--ioengine=libaio", "--thread",
+           "--time_based", f"--runtime={seconds}", "--group_reporting", "--output-format=json"]
     if workload == "randread":
-        args = ["--rw=randread", "--bs=4k", "--iodepth=32", "--numjobs=2"]
+        cmd += ["--rw=randread", "--bs=4k", "--iodepth=32", "--numjobs=2"]
     else:
-        args = ["--rw=read", "--bs=4k", "--iodepth=64", "--iodepth_batch_submit=64",
+        cmd += ["--rw=read", "--bs=4k", "--iodepth=64", "--iodepth_batch_submit=64",
                 "--iodepth_batch_complete_min=64", "--numjobs=1"]
-    out = json.loads(run(common + args).stdout)
-    return out["jobs"][0]["read"]["iops"]
+    out = run(cmd).stdout
+    return json.loads(out[out.index("{"):])["jobs"][0]["read"]["iops"]
 
 
-def measure(tracer, dev, workload, seconds):
-    tracer.start()
-    try:
-        ids = prog_ids_of(tracer.proc.pid) if tracer.proc else set()
-        before = prog_stats()
-        ios0 = reads_completed(dev)
-        cpu0 = cpu_seconds(tracer.proc.pid) if tracer.proc else 0
-        t0 = time.monotonic()
-        iops = fio(dev, workload, seconds)
-        elapsed = time.monotonic() - t0
-        cpu = (cpu_seconds(tracer.proc.pid) - cpu0) / elapsed if tracer.proc else 0
-        ios = reads_completed(dev) - ios0
-        after = prog_stats()
-        per_prog = {}
-        for pid_ in ids:
+def set_bpf_stats(on):
+    with open("/proc/sys/kernel/bpf_stats_enabled", "w") as f:
+        f.write("1" if on else "0")
+
+
+def wait_quiet(mine_disks, limit):
+    """Up to `limit` seconds until no foreign tracer is on a block tracepoint and the other disks
+    do under 200 I/Os per second. Returns the seconds waited."""
+    t0 = time.monotonic()
+    while True:
+        a = disk_ios()
+        time.sleep(0.3)
+        _, other = io_delta(a, disk_ios(), mine_disks)
+        if (not foreign_block_tracers(set()) and other < 60) or time.monotonic() - t0 >= limit:
+            return time.monotonic() - t0
+
+
+def fio_phase(tracer, dev, workload, seconds, stats, mine_progs):
+    mine_disks = {os.path.basename(d) for d, _ in OWN_LOOPS}
+    set_bpf_stats(stats)
+    before = prog_stats() if stats else {}
+    foreign = set(foreign_block_tracers(mine_progs))
+    ios0, cpu_t0, load0, others0 = disk_ios(), cpu_times(), os.getloadavg()[0], other_cpu_ticks()
+    cpu0 = proc_cpu_seconds(tracer.proc.pid) if tracer.proc else 0
+    t0 = time.monotonic()
+    iops = fio(dev, workload, seconds)
+    elapsed = time.monotonic() - t0
+    cpu = (proc_cpu_seconds(tracer.proc.pid) - cpu0) / elapsed if tracer.proc else 0
+    after = prog_stats() if stats else {}
+    set_bpf_stats(False)
+    own_ios, other_ios = io_delta(ios0, disk_ios(), mine_disks)
+    cpu_t1, others1 = cpu_times(), other_cpu_ticks()
+    foreign |= set(foreign_block_tracers(mine_progs))
+    ticks = max(1, cpu_t1[2] - cpu_t0[2])
+    res = {"iops": iops, "own_ios": own_ios, "other_ios": other_ios, "tracer_cpu_s_per_s": cpu,
+           "steal_share": (cpu_t1[0] - cpu_t0[0]) / ticks,
+           "busy_share": 1 - (cpu_t1[1] - cpu_t0[1]) / ticks,
+           "other_processes_cpu_share": other_cpu_share(others0, others1, ticks),
+           "loadavg": [load0, os.getloadavg()[0]], "foreign_tracers": sorted(foreign)}
+    if stats:
+        tp_of = {}
+        for prog, pid, tp in attachments():
+            if prog in mine_progs:
+                tp_of[prog] = tp
+        progs = {}
+        for pid_ in mine_progs:
             if pid_ in before and pid_ in after:
                 name, t1, c1 = after[pid_]
                 _, t0_, c0 = before[pid_]
                 if c1 > c0:
-                    prev = per_prog.get(name, (0, 0))
-                    per_prog[name] = (prev[0] + t1 - t0_, prev[1] + c1 - c0)
-        bpf_ns = sum(t for t, _ in per_prog.values()) / ios if ios else 0
-        rss = status_kib(tracer.proc.pid, "VmHWM") if tracer.proc else 0
-        return {"iops": iops, "ios": ios, "bpf_ns_per_io": bpf_ns, "cpu_per_s": cpu, "hwm_kib": rss,
-                "programs": {n: {"ns_per_run": t / c, "runs_per_io": c / ios if ios else 0}
-                             for n, (t, c) in per_prog.items()}}
+                    key = tp_of.get(pid_, name)
+                    p = progs.setdefault(key, {"run_ns": 0, "runs": 0, "names": []})
+                    p["run_ns"] += t1 - t0_
+                    p["runs"] += c1 - c0
+                    p["names"].append(name)
+        ios = own_ios + other_ios  # every disk's I/O ran the tracer's programs
+        res["programs"] = progs
+        res["bpf_ns_per_io"] = sum(p["run_ns"] for p in progs.values()) / ios if ios else 0
+        res["ios_counted"] = ios
+    return res
+
+
+def measure(tracer, dev, workload, seconds, stats_first):
+    tracer.start()
+    try:
+        mine = tracer.programs()
+        phases = [False] if not tracer.proc else ([True, False] if stats_first else [False, True])
+        out = {}
+        for stats in phases:
+            out["stats" if stats else "plain"] = fio_phase(tracer, dev, workload, seconds, stats, mine)
+        if isinstance(tracer, Mergewatchd):
+            out["plain"]["hwm_kib"] = status_kib(tracer.proc.pid, "VmHWM")
+            out["plain"]["ready_ms"] = tracer.ready_ms
+        return out
     finally:
         tracer.stop()
 
 
-def median(values):
-    return statistics.median(values) if values else 0
-
-
-def spread(values):
-    return (min(values), max(values)) if values else (0, 0)
-
-
-def set_bpf_stats(on):
-    run(["sysctl", "-qw", f"kernel.bpf_stats_enabled={1 if on else 0}"])
-
-
-def compare(tracers, dev, workload, seconds, repeats):
-    """Each tracer twice per repeat: with bpf_stats on for the BPF time (the accounting itself
-    costs two clock reads per program run), then off for the IOPS a user would see."""
-    results = {t.name: [] for t in tracers}
+def compare(tracers, dev, workload, seconds, repeats, quiet_wait):
+    """Repeats x tracers, the order rotated every repeat; runs[name][repeat] = measure()."""
+    runs = {t.name: [] for t in tracers}
+    mine_disks = {os.path.basename(dev)}
     for r in range(repeats):
-        order = tracers[r % len(tracers):] + tracers[:r % len(tracers)]
-        for t in order:
-            set_bpf_stats(True)
-            res = measure(t, dev, workload, seconds)
-            set_bpf_stats(False)
-            res["iops_with_stats"] = res["iops"]
-            res["iops"] = measure(t, dev, workload, seconds)["iops"]
-            results[t.name].append(res)
-            log(f"{workload} #{r + 1} {t.name}: {res['iops']:.0f} IOPS, {res['bpf_ns_per_io']:.0f} BPF ns/I/O")
-    return results
+        k = r % len(tracers)
+        for t in tracers[k:] + tracers[:k]:
+            waited = wait_quiet(mine_disks, quiet_wait) if quiet_wait else 0
+            res = measure(t, dev, workload, seconds, stats_first=(r % 2 == 1))
+            res["repeat"], res["waited_s"] = r, waited
+            runs[t.name].append(res)
+            p, s = res["plain"], res.get("stats", {})
+            noise = contamination(res)
+            log(f"{workload} #{r + 1} {t.name}: {p['iops']:,.0f} IOPS"
+                + (f", {s['bpf_ns_per_io']:.0f} BPF ns/I/O" if s else "")
+                + (f"  [noisy: {noise}]" if noise else ""))
+    return runs
 
 
-def metrics_latency(daemon, cleanup, devices, scrapes):
-    """Median and p99 of /metrics with `devices` loop devices doing light I/O."""
-    devs = [make_loop(cleanup, 32, f"m{i}") for i in range(devices)]
-    proc = Mergewatchd(daemon)
-    proc.start()
+def contamination(res):
+    """Why a run is not clean, or '' when it is."""
+    why = []
+    for phase in res.values():
+        if not isinstance(phase, dict):
+            continue
+        if phase.get("foreign_tracers"):
+            why.append(f"{len(phase['foreign_tracers'])} foreign block tracers")
+        total = phase["own_ios"] + phase["other_ios"]
+        if total and phase["other_ios"] / total > 0.01:
+            why.append(f"other disks {100 * phase['other_ios'] / total:.0f}% of I/O")
+        if phase.get("other_processes_cpu_share", 0) > 0.03:
+            why.append("other processes used CPU")
+    return ", ".join(sorted(set(why)))
+
+
+def metrics_latency(daemon_bin, devices, scrapes):
+    """/metrics median and p99 with `devices` loop devices doing light I/O (so all have series)."""
+    devs = [make_loop(32, f"m{i}") for i in range(devices)]
+    d = Mergewatchd(daemon_bin)
+    d.start()
+    ready_ms = d.ready_ms
     try:
-        for d in devs:  # every device gets series: reads, so histograms and merges exist
-            run(["dd", f"if={d}", "of=/dev/null", "bs=64k", "count=64", "iflag=direct"])
-        # Global options first, then one job per device: 20 random reads/s each, for the whole scrape phase.
-        jobs = sum([[f"--name=d{i}", f"--filename={d}"] for i, d in enumerate(devs)], [])
-        # --thread: one process (forked fio jobs call setsid() and would outlive a kill of the parent,
-        # keeping the loop devices busy).
-        light = subprocess.Popen(["fio", "--thread", "--direct=1", "--ioengine=psync", "--rw=randread", "--bs=4k",
-                                  "--time_based", "--runtime=600", "--rate_iops=20"] + jobs,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        cleanup.push("light fio", lambda: (light.kill(), light.wait()))
-        time.sleep(2)
-        url = f"http://127.0.0.1:{proc.port}/metrics"
-        times, sizes = [], []
-        for _ in range(scrapes):
-            t0 = time.perf_counter()
-            body = urllib.request.urlopen(url, timeout=10).read()
-            times.append(time.perf_counter() - t0)
-            sizes.append(len(body))
-        times.sort()
-        text = body.decode()
-        series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
-        return {"devices": devices, "scrapes": scrapes, "median_ms": times[len(times) // 2] * 1e3,
-                "p99_ms": times[int(len(times) * 0.99) - 1] * 1e3, "bytes": sizes[-1], "series": series,
-                "hwm_kib": status_kib(proc.proc.pid, "VmHWM")}
+        # Global options, then one job per device: 20 random reads/s each for the whole phase.
+        jobs = sum([[f"--name=d{i}", f"--filename={dev}"] for i, dev in enumerate(devs)], [])
+        light = spawn(["fio", "--thread", "--direct=1", "--ioengine=psync", "--rw=randread", "--bs=4k",
+                       "--time_based", "--runtime=3600", "--rate_iops=20"] + jobs,
+                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            time.sleep(3)
+            url = f"http://127.0.0.1:{d.port}/metrics"
+            for _ in range(20):  # warm-up
+                urllib.request.urlopen(url, timeout=10).read()
+            cpu0, w0 = proc_cpu_seconds(d.proc.pid), time.monotonic()
+            times = []
+            for _ in range(scrapes):
+                t0 = time.perf_counter()
+                body = urllib.request.urlopen(url, timeout=10).read()
+                times.append((time.perf_counter() - t0) * 1e3)
+            cpu = (proc_cpu_seconds(d.proc.pid) - cpu0) / scrapes
+            text = body.decode()
+            names = {os.path.basename(x) for x in devs}
+            seen = {n for n in names if f'device="{n}"' in text}
+            times.sort()
+            return {"devices": devices, "devices_with_series": len(seen), "scrapes": scrapes,
+                    "median_ms": median(times), "p90_ms": percentile(times, 90), "p99_ms": percentile(times, 99),
+                    "max_ms": times[-1], "bytes": len(body), "cpu_ms_per_scrape": cpu * 1e3,
+                    "series": sum(1 for line in text.splitlines() if line and not line.startswith("#")),
+                    "hwm_kib": status_kib(d.proc.pid, "VmHWM"), "rss_kib": status_kib(d.proc.pid, "VmRSS"),
+                    "ready_ms": ready_ms, "wall_s": time.monotonic() - w0}
+        finally:
+            light.kill()
+            light.wait()
     finally:
-        proc.stop()
+        d.stop()
 
 
-def daemon_idle_cost(daemon, seconds):
-    proc = Mergewatchd(daemon)
-    readies = []
-    for _ in range(5):
-        proc.start()
-        readies.append(proc.ready_seconds)
-        proc.stop()
-    proc.start()
+def daemon_idle(daemon_bin, starts, idle_seconds):
+    readies, hwms = [], []
+    d = Mergewatchd(daemon_bin)
+    for _ in range(starts):
+        d.start()
+        readies.append(d.ready_ms)
+        hwms.append(status_kib(d.proc.pid, "VmHWM"))
+        d.stop()
+    d.start()
     try:
         time.sleep(2)
-        c0, t0 = cpu_seconds(proc.proc.pid), time.monotonic()
-        time.sleep(seconds)
-        idle = (cpu_seconds(proc.proc.pid) - c0) / (time.monotonic() - t0)
-        rss = status_kib(proc.proc.pid, "VmRSS")
+        c0, t0 = proc_cpu_seconds(d.proc.pid), time.monotonic()
+        time.sleep(idle_seconds)
+        idle = (proc_cpu_seconds(d.proc.pid) - c0) / (time.monotonic() - t0)
+        rss, hwm = status_kib(d.proc.pid, "VmRSS"), status_kib(d.proc.pid, "VmHWM")
     finally:
-        proc.stop()
-    return {"ready_ms": [r * 1e3 for r in readies], "idle_cpu_per_s": idle, "idle_rss_kib": rss}
+        d.stop()
+    return {"ready_ms": readies, "idle_cpu_s_per_s": idle, "idle_seconds": idle_seconds,
+            "idle_rss_kib": rss, "hwm_kib": max(hwms + [hwm])}
 
 
-def print_table(title, results, baseline):
-    base = median([r["iops"] for r in results[baseline]])
-    print(f"\n{title}")
-    print(f"| tracer | IOPS, bpf_stats off (median) | vs none | BPF ns per I/O (median, min-max) |")
-    print("|---|---|---|---|")
-    for name, runs in results.items():
-        iops = median([r["iops"] for r in runs])
-        ns = [r["bpf_ns_per_io"] for r in runs]
-        lo, hi = spread(ns)
-        print(f"| {name} | {iops:,.0f} | {100 * iops / base:.1f}% | {median(ns):.0f} ({lo:.0f}-{hi:.0f}) |")
-    mw = results.get("mergewatchd")
-    if mw:
-        print("\nmergewatchd per program (median of runs): ns per run x runs per I/O")
-        names = sorted({n for r in mw for n in r["programs"]})
-        for n in names:
-            per = [r["programs"][n]["ns_per_run"] for r in mw if n in r["programs"]]
-            rate = [r["programs"][n]["runs_per_io"] for r in mw if n in r["programs"]]
-            print(f"  {n:22s} {median(per):7.1f} ns x {median(rate):.3f}")
+# --- report ----------------------------------------------------------------------------------
+
+def fmt_range(values, digits=0, unit=""):
+    lo, hi = spread(values)
+    return f"{median(values):.{digits}f}{unit} ({lo:.{digits}f}-{hi:.{digits}f})"
+
+
+def num(value, digits=1):
+    return "-" if value != value else f"{value:.{digits}f}"  # NaN: did not run
+
+
+def workload_table(title, runs, baseline="none"):
+    lines = [f"### {title}", "",
+             "| tracer | IOPS (median) | IOPS vs none, per repeat: median (min-max) | BPF ns per I/O: median"
+             " (min-max) | CPU ns per I/O added, from IOPS | tracer's own CPU ms/s | CPUs busy | other processes' CPU"
+             " (max) | clean runs |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    base = runs[baseline]
+    ncpu = os.cpu_count()
+    for name, rs in runs.items():
+        iops = [r["plain"]["iops"] for r in rs]
+        ratios = [100 * r["plain"]["iops"] / b["plain"]["iops"] for r, b in zip(rs, base)]
+        # With every CPU busy, CPU time per I/O is ncpu / IOPS: what the tracer added, all included.
+        added = [ncpu * 1e9 * (1 / r["plain"]["iops"] - 1 / b["plain"]["iops"]) for r, b in zip(rs, base)]
+        ns = [r["stats"]["bpf_ns_per_io"] for r in rs if "stats" in r]
+        cpu = [r["plain"]["tracer_cpu_s_per_s"] * 1e3 for r in rs]
+        busy = [100 * r["plain"]["busy_share"] for r in rs]
+        others = [100 * ph["other_processes_cpu_share"] for r in rs for k, ph in r.items() if k in ("plain", "stats")]
+        clean = sum(1 for r in rs if not contamination(r))
+        lines.append(f"| {name} | {median(iops):,.0f} | "
+                     + ("100%" if name == baseline else fmt_range(ratios, 1, "%"))
+                     + f" | {fmt_range(ns) if ns else '0'} | "
+                     + ("0" if name == baseline else fmt_range(added))
+                     + f" | {median(cpu):.2f} | {median(busy):.0f}% | {max(others):.1f}% | {clean}/{len(rs)} |")
+    return lines
+
+
+def per_program(runs, name):
+    """tracepoint -> (median ns per run, median runs per I/O) over the repeats."""
+    out = {}
+    rs = [r["stats"] for r in runs.get(name, []) if "stats" in r]
+    for tp in sorted({tp for s in rs for tp in s["programs"]}):
+        per = [s["programs"][tp]["run_ns"] / s["programs"][tp]["runs"] for s in rs if tp in s["programs"]]
+        rate = [s["programs"][tp]["runs"] / s["ios_counted"] for s in rs if tp in s["programs"] and s["ios_counted"]]
+        out[tp] = (median(per), median(rate) if rate else 0.0)
+    return out
+
+
+def program_table(title, runs, daemon, floor, peers):
+    mw, fl = per_program(runs, daemon), per_program(runs, floor)
+    peer_tabs = [(p, per_program(runs, p)) for p in peers if p in runs]
+    lines = [f"### {title}", "",
+             f"| tracepoint | runs per I/O | {daemon} ns/run | floor ns/run | above floor | {daemon} ns per I/O"
+             + "".join(f" | {p} ns/run" for p, _ in peer_tabs) + " |",
+             "|---|---|---|---|---|---" + "|---" * len(peer_tabs) + "|"]
+    total = total_floor = 0.0
+    nan = float("nan")
+    for tp in sorted(set(mw) | set(fl), key=lambda t: (-mw.get(t, (0, 0))[1], t)):
+        ns, rate = mw.get(tp, (nan, 0.0))
+        fns = fl.get(tp, (nan, 0.0))[0]
+        total += ns * rate if rate else 0
+        total_floor += fns * rate if rate and fns == fns else 0
+        lines.append(f"| {tp} | {rate:.3f} | {num(ns)} | {num(fns)} | {num(ns - fns)} | "
+                     f"{num(ns * rate if rate else 0)}"
+                     + "".join(f" | {num(t.get(tp, (nan, 0))[0])}" for _, t in peer_tabs) + " |")
+    lines.append(f"| **sum** | | | | | **{total:.0f}** (floor at these rates: {total_floor:.0f})"
+                 + " |" * (len(peer_tabs) + 1))
+    return lines
+
+
+def check(ok):
+    return "met" if ok else "**missed**"
 
 
 def main():
+    env = os.environ.get
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--daemon", required=True)
-    ap.add_argument("--seconds", type=int, default=6)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--quick", action="store_true", help="2 s runs, 1 repeat, 100 scrapes: a smoke test")
-    ap.add_argument("--json", help="also write the raw results here")
+    ap.add_argument("--daemon", default=os.path.join(REPO, "build", "mergewatchd"))
     ap.add_argument("--floor", nargs=2, metavar=("LOADER", "OBJECT"),
-                    help="the empty-programs floor: build/bench/floor build/bench/floor.bpf.o")
+                    default=[os.path.join(REPO, "build", "bench", "floor"),
+                             os.path.join(REPO, "build", "bench", "floor.bpf.o")],
+                    help="the empty-programs floor (make bench builds both)")
+    ap.add_argument("--seconds", type=int, default=int(env("BENCH_SECONDS") or 5))
+    ap.add_argument("--repeats", type=int, default=int(env("BENCH_REPEATS") or 3))
+    ap.add_argument("--scrapes", type=int, default=int(env("BENCH_SCRAPES") or 1000))
+    ap.add_argument("--quick", action="store_true", default=env("BENCH_QUICK", "") not in ("", "0"),
+                    help="smoke test: 2 s runs, 1 repeat, 200 scrapes")
+    ap.add_argument("--quiet-wait", type=float, default=float(env("BENCH_QUIET_WAIT") or 10),
+                    help="seconds to wait for foreign block tracers and disk I/O to stop before each run (0: never)")
+    ap.add_argument("--json", help="write the raw results here")
+    ap.add_argument("--markdown", help="write the summary tables here")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench: needs root (BPF, loop devices, sysctl)")
-    for tool in ("fio", "losetup", "bpftool", "bpftrace", BIOLATENCY):
-        if not shutil.which(tool):
-            sys.exit(f"bench: {tool} not found (make bench installs it)")
+    for tool in ("fio", "losetup", "bpftool", "bpftrace", "unshare", BIOLATENCY, args.daemon, args.floor[0]):
+        if not shutil.which(tool) and not os.access(tool, os.X_OK):
+            sys.exit(f"bench: {tool} not found (make bench installs and builds what it needs)")
+    if not os.path.exists(args.floor[1]):
+        sys.exit(f"bench: {args.floor[1]} not found (make bench builds it)")
     if args.quick:
-        args.seconds, args.repeats = 2, 1
-    scrapes = 100 if args.quick else 1000
+        args.seconds, args.repeats, args.scrapes = 2, 1, min(args.scrapes, 200)
+    ready_starts, idle_seconds = (3, 5) if args.quick else (10, 15)
 
-    cleanup = Cleanup()
+    # SIGTERM/SIGHUP unwind like Ctrl-C, so the cleanup runs.
+    def on_signal(sig, _frame):
+        raise KeyboardInterrupt(f"signal {sig}")
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+
+    started = time.monotonic()
+    when = datetime.datetime.now(datetime.timezone.utc)
+    load_start = os.getloadavg()
+    progs_before = set(prog_stats())
+    with open("/proc/sys/kernel/bpf_stats_enabled") as f:
+        old_stats = f.read().strip()
+    results = {}
     try:
-        with open("/proc/sys/kernel/bpf_stats_enabled") as f:
-            old_stats = f.read().strip()
-        cleanup.push("bpf_stats_enabled", lambda: run(["sysctl", "-qw", f"kernel.bpf_stats_enabled={old_stats}"]))
-        # bpftrace attaches classic tracepoints through tracefs; mount it only for the run.
-        if not os.path.isdir("/sys/kernel/tracing/events"):
-            run(["mount", "-t", "tracefs", "nodev", "/sys/kernel/tracing"])
-            cleanup.push("tracefs", lambda: run(["umount", "/sys/kernel/tracing"]))
+        CLEANUP.push("bpf_stats_enabled", lambda: open("/proc/sys/kernel/bpf_stats_enabled", "w").write(old_stats))
 
-        dev = make_loop(cleanup, 1024, "main")
+        dev = make_loop(1024, "main", fill=True)
         set_queue(dev, scheduler="none", nomerges=0)
-        run(["dd", "if=/dev/zero", f"of={dev}", "bs=1M", "count=1024", "oflag=direct"])
         daemon = Mergewatchd(args.daemon)
-        tracers = [Tracer("none"), daemon, Bpftrace(), Biolatency()]
-        if args.floor:
-            tracers.append(Floor(*args.floor))
-        log(f"randread on {dev}: {args.repeats} x {args.seconds} s per tracer, interleaved")
-        randread = compare(tracers, dev, "randread", args.seconds, args.repeats)
+        forced = Mergewatchd(args.daemon, "mergewatchd, bio_queue forced on", [f"--path.sysfs={STACKED_SYSFS}"])
+        for d in (daemon, forced):  # learn what each variant attaches, for its floor
+            d.start()
+            d.stop()
+            log(f"{d.name} attaches {len(d.tracepoints)}: {' '.join(d.tracepoints)}")
+        floor = Floor(*args.floor, daemon, "floor (empty programs)")
+        floor_forced = Floor(*args.floor, forced, "floor, with bio_queue")
+        biolat, bpftrace = Biolatency(), Bpftrace()
+        tracers = [Tracer("none"), daemon, forced, bpftrace, biolat, floor, floor_forced]
+        log(f"randread on {dev}: {args.repeats} x {args.seconds} s x 2 (bpf_stats off/on) per tracer")
+        results["randread"] = compare(tracers, dev, "randread", args.seconds, args.repeats, args.quiet_wait)
         set_queue(dev, nomerges=2)
         log("collapse: sequential 4 KiB in batches of 64, nomerges=2")
-        collapse = compare([Tracer("none"), daemon] + tracers[4:], dev, "collapse", args.seconds, args.repeats)
+        results["collapse"] = compare([Tracer("none"), daemon, bpftrace, biolat, floor], dev, "collapse",
+                                      args.seconds, args.repeats, args.quiet_wait)
         set_queue(dev, nomerges=0)
-        log("daemon idle cost and time to READY")
-        idle = daemon_idle_cost(args.daemon, 5 if args.quick else 10)
-        log(f"/metrics latency with 32 loop devices, {scrapes} scrapes")
-        scrape = metrics_latency(args.daemon, cleanup, 32, scrapes)
+        log(f"daemon: {ready_starts} starts to READY, {idle_seconds} s idle")
+        results["idle"] = daemon_idle(args.daemon, ready_starts, idle_seconds)
+        log(f"/metrics with 32 loop devices doing light I/O, {args.scrapes} scrapes")
+        results["scrape"] = metrics_latency(args.daemon, 32, args.scrapes)
     finally:
-        cleanup.release()
+        CLEANUP.release()
+        leftovers = verify_clean(old_stats)
+    results["cleanup_problems"] = leftovers
+    results["progs_loaded_before"] = len(progs_before)
 
-    print(f"\nmachine: {os.uname().release}, {os.cpu_count()} CPUs; {args.repeats} x {args.seconds} s per tracer")
-    print_table("randread: fio 4 KiB random reads, libaio, QD32, 2 jobs, scheduler none", randread, "none")
-    print_table("collapse: 4 KiB sequential reads in batches of 64, nomerges=2", collapse, "none")
-    mw_load = randread["mergewatchd"]
-    print("\nmergewatchd itself")
-    print(f"| time to READY (5 starts) | {median(idle['ready_ms']):.0f} ms median, max {max(idle['ready_ms']):.0f} ms |")
-    print(f"| CPU idle | {idle['idle_cpu_per_s'] * 1e3:.2f} ms/s |")
-    print(f"| CPU under randread load | {median([r['cpu_per_s'] for r in mw_load]) * 1e3:.2f} ms/s |")
-    print(f"| RSS idle / peak (VmHWM) | {idle['idle_rss_kib'] / 1024:.1f} MiB / "
-          f"{max([r['hwm_kib'] for r in mw_load] + [scrape['hwm_kib']]) / 1024:.1f} MiB |")
-    print(f"| /metrics, {scrape['devices']} devices ({scrape['series']} series, {scrape['bytes']} bytes) | "
-          f"median {scrape['median_ms']:.2f} ms, p99 {scrape['p99_ms']:.2f} ms over {scrape['scrapes']} scrapes |")
-    if args.json:
+    if args.json:  # first: the raw numbers survive a failure in the report
         with open(args.json, "w") as f:
-            json.dump({"randread": randread, "collapse": collapse, "idle": idle, "scrape": scrape}, f, indent=1)
+            json.dump(results, f, indent=1, default=str)
+    lines = report(results, args, when, load_start, time.monotonic() - started, daemon, forced)
+    print("\n".join(lines))
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write("\n".join(lines) + "\n")
+    if leftovers:
+        sys.exit(1)
+
+
+def verify_clean(old_stats):
+    """Everything this run made is gone; returns what is not."""
+    problems = []
+    for dev, path in OWN_LOOPS:
+        if os.path.exists(path):
+            problems.append(f"{path} still exists")
+        try:
+            if run(["losetup", "-j", path]).stdout.strip():
+                problems.append(f"{dev} still attached to {path}")
+        except subprocess.CalledProcessError:
+            pass
+    for pid in OWN_PIDS:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    problems.append(f"pid {pid} still running")
+        except OSError:
+            pass
+    still = OWN_PROG_IDS & set(prog_stats())
+    if still:
+        problems.append(f"BPF programs still loaded: {sorted(still)}")
+    with open("/proc/sys/kernel/bpf_stats_enabled") as f:
+        if f.read().strip() != old_stats:
+            problems.append("kernel.bpf_stats_enabled not restored")
+    for p in problems:
+        log(f"CLEANUP PROBLEM: {p}")
+    if not problems:
+        log(f"cleanup verified: {len(OWN_LOOPS)} loop devices detached and files removed, {len(OWN_PIDS)} processes"
+            f" gone, {len(OWN_PROG_IDS)} BPF programs unloaded, bpf_stats_enabled={old_stats}")
+    return problems
+
+
+def package_versions():
+    names = ["fio", "bpftrace", "libbpf-tools", "bpftool", "libbpf1"]
+    try:
+        out = run(["dpkg-query", "-W", "-f=${Package} ${Version}\n", *names]).stdout
+        return ", ".join(out.split("\n")[:-1])
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        return "unknown"
+
+
+def report(results, args, when, load_start, wall, daemon, forced):
+    load_end = os.getloadavg()
+    with open("/proc/cpuinfo") as f:
+        model = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), platform.machine())
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    all_runs = [r for w in ("randread", "collapse") for rs in results[w].values() for r in rs]
+    noisy = sum(1 for r in all_runs if contamination(r))
+    loads = [l for r in all_runs for ph in r.values() if isinstance(ph, dict) for l in ph["loadavg"]]
+    disks = os.listdir("/sys/block")
+    lines = [f"## make bench, {when:%Y-%m-%d %H:%M} UTC", "",
+             f"Machine: Linux {os.uname().release}, {os.cpu_count()} CPUs ({model}), {mem_gib:.0f} GiB; "
+             f"{len(disks)} block devices in /sys/block ({sum(d.startswith('loop') for d in disks)} loop, most "
+             f"unattached; the daemon's topology scan visits them all). "
+             f"{args.repeats} repeats x {args.seconds} s per tracer and bpf_stats setting; {wall / 60:.1f} min in all.",
+             f"Load average (1 min): {load_start[0]:.2f} at the start, {min(loads):.2f}-{max(loads):.2f} during the "
+             f"runs, {load_end[0]:.2f} at the end. Noisy runs (a foreign tracer on a block tracepoint, other disks "
+             f"busy, or other processes above 3% of the CPUs): {noisy} of {len(all_runs)}.",
+             f"Versions: {package_versions()}.", ""]
+    lines += workload_table("randread: fio 4 KiB random reads, libaio, QD32, 2 jobs, scheduler none",
+                            results["randread"]) + [""]
+    lines += workload_table("collapse: 4 KiB sequential reads in batches of 64, nomerges=2",
+                            results["collapse"]) + [""]
+    peers = ["bpftrace (equivalent script)", "biolatency -D -Q"]
+    lines += program_table("randread: where mergewatchd's BPF time goes (per tracepoint, medians)",
+                           results["randread"], daemon.name, "floor (empty programs)", peers) + [""]
+    lines += program_table("randread, all eight programs attached (block_bio_queue forced on)",
+                           results["randread"], forced.name, "floor, with bio_queue", []) + [""]
+    lines += program_table("collapse: where mergewatchd's BPF time goes", results["collapse"], daemon.name,
+                           "floor (empty programs)", peers) + [""]
+
+    idle, scrape = results["idle"], results["scrape"]
+    rr = results["randread"]
+    load_cpu = [r["plain"]["tracer_cpu_s_per_s"] * 1e3 for r in rr[daemon.name]]
+    hwm = max([idle["hwm_kib"], scrape["hwm_kib"]]
+              + [r["plain"]["hwm_kib"] for w in ("randread", "collapse") for r in results[w][daemon.name]]) / 1024
+    ready = sorted(idle["ready_ms"])
+    lines += ["### mergewatchd itself", "", "| | measured | target |", "|---|---|---|",
+              f"| time to READY ({len(ready)} starts, no other devices) | median {median(ready):.0f} ms, max "
+              f"{ready[-1]:.0f} ms | {TARGET_READY_MS} ms |",
+              f"| time to READY with 32 more loop devices | {scrape['ready_ms']:.0f} ms | {TARGET_READY_MS} ms |",
+              f"| CPU idle ({idle['idle_seconds']} s) | {idle['idle_cpu_s_per_s'] * 1e3:.1f} ms/s | |",
+              f"| CPU under randread load | {median(load_cpu):.1f} ms/s (min-max {min(load_cpu):.1f}-"
+              f"{max(load_cpu):.1f}) | |",
+              f"| RSS idle / peak (VmHWM, every start) | {idle['idle_rss_kib'] / 1024:.1f} MiB / {hwm:.1f} MiB | "
+              f"{TARGET_RSS_MIB} MiB |",
+              f"| `/metrics`, 32 loop devices ({scrape['devices_with_series']} with series; {scrape['series']} series,"
+              f" {scrape['bytes'] / 1024:.0f} KiB) | median {scrape['median_ms']:.2f} ms, p90 {scrape['p90_ms']:.2f}, "
+              f"p99 {scrape['p99_ms']:.2f}, max {scrape['max_ms']:.2f} ms over {scrape['scrapes']} scrapes; "
+              f"{scrape['cpu_ms_per_scrape']:.2f} ms CPU per scrape | p99 {TARGET_SCRAPE_P99_MS} ms |", ""]
+
+    ns = median([r["stats"]["bpf_ns_per_io"] for r in rr[daemon.name]])
+    ns_forced = median([r["stats"]["bpf_ns_per_io"] for r in rr[forced.name]])
+    share = median([r["plain"]["iops"] / b["plain"]["iops"] for r, b in zip(rr[daemon.name], rr["none"])])
+    lines += ["### Targets", "", "| target | measured | |", "|---|---|---|",
+              f"| BPF time per I/O <= {TARGET_BPF_NS} ns (randread) | {ns:.0f} ns; all eight programs {ns_forced:.0f} ns"
+              f" | {check(max(ns, ns_forced) <= TARGET_BPF_NS)} |",
+              f"| IOPS >= {TARGET_IOPS_SHARE:.0%} of no tracer (randread) | {share:.1%} | "
+              f"{check(share >= TARGET_IOPS_SHARE)} |",
+              f"| RSS <= {TARGET_RSS_MIB} MiB (peak) | {hwm:.1f} MiB | {check(hwm <= TARGET_RSS_MIB)} |",
+              f"| `/metrics` p99 <= {TARGET_SCRAPE_P99_MS} ms, 32 devices | {scrape['p99_ms']:.2f} ms | "
+              f"{check(scrape['p99_ms'] <= TARGET_SCRAPE_P99_MS)} |",
+              f"| READY <= {TARGET_READY_MS} ms | max {max(ready + [scrape['ready_ms']]):.0f} ms | "
+              f"{check(max(ready + [scrape['ready_ms']]) <= TARGET_READY_MS)} |"]
+    if results["cleanup_problems"]:
+        lines += ["", "CLEANUP PROBLEMS: " + "; ".join(results["cleanup_problems"])]
+    return lines
 
 
 if __name__ == "__main__":

@@ -1,35 +1,60 @@
-# make bench: what mergewatchd costs next to bpftrace and libbpf-tools biolatency (bench/run.py,
-# results in BENCHMARKS.md). Not part of make test: it measures speed, which no test may assert.
-BENCH_PACKAGES := fio bpftrace libbpf-tools bpftool util-linux python3
-BENCH_ARGS     ?=
-BENCH_FLOOR_OBJ := $(BUILD)/bench/floor.bpf.o
-BENCH_FLOOR     := $(BUILD)/bench/floor
+# make bench: what mergewatchd costs next to bpftrace and libbpf-tools biolatency, and its floor
+# (bench/run.py, whose docstring explains the method; BENCHMARKS.md holds the results). Included by
+# the main Makefile. Not part of `make test`: it measures speed, which no test may assert.
+#
+#   make bench                                   full run, about 8 minutes on 2 CPUs
+#   make bench BENCH_QUICK=1                     smoke run, about 1.5 minutes
+#   make bench BENCH_SECONDS=10 BENCH_REPEATS=5  longer runs, more repeats
+#   make bench BENCH_ARGS="--quiet-wait 0"       any other bench/run.py flag
+#
+# Output: the summary table on stdout, also in $(BUILD)/bench/summary.md; raw numbers in
+# $(BUILD)/bench/results.json.
 
-.PHONY: bench deps-bench
+# Debian 12 names: libbpf-tools is bcc's libbpf-based tools (0.26, /usr/sbin/biolatency);
+# util-linux has losetup and unshare; clang and libbpf-dev build the floor.
+BENCH_PACKAGES  := fio bpftrace libbpf-tools bpftool util-linux python3 clang libbpf-dev pkg-config
+BENCH_ARGS      ?=
+BENCH_SECONDS   ?=
+BENCH_REPEATS   ?=
+BENCH_QUICK     ?=
+BENCH_DIR       := $(BUILD)/bench
+BENCH_FLOOR_OBJ := $(BENCH_DIR)/floor.bpf.o
+BENCH_FLOOR     := $(BENCH_DIR)/floor
+BENCH_RUN_ARGS   = --daemon $(CURDIR)/$(DAEMON) --floor $(CURDIR)/$(BENCH_FLOOR) $(CURDIR)/$(BENCH_FLOOR_OBJ) \
+	--json $(BENCH_DIR)/results.json --markdown $(BENCH_DIR)/summary.md \
+	$(if $(BENCH_SECONDS),--seconds $(BENCH_SECONDS)) $(if $(BENCH_REPEATS),--repeats $(BENCH_REPEATS)) \
+	$(if $(filter-out 0,$(BENCH_QUICK)),--quick) $(BENCH_ARGS)
 
-deps-bench:
+.PHONY: bench bench-run deps-bench
+
+# After `deps` (the build's packages), never alongside it: two apt-get runs would fight over the lock.
+deps-bench: deps
 	@missing=''; for p in $(BENCH_PACKAGES); do \
 		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
-		if [ "$$(id -u)" != 0 ]; then echo "make bench: missing Debian packages:$$missing; run as root" >&2; exit 1; fi; \
+		if [ "$$(id -u)" != 0 ]; then echo "make bench: missing Debian packages:$$missing; run as root to install them" >&2; exit 1; fi; \
 		echo "make bench: installing$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
-bench: all deps-bench $(BENCH_FLOOR_OBJ) $(BENCH_FLOOR)
+# Packages first, then the build in a sub-make (pkg-config must see the installed packages).
+bench: deps-bench
 	@if [ "$$(id -u)" != 0 ]; then echo 'make bench: loads BPF and creates loop devices; run as root' >&2; exit 1; fi
-	@mkdir -p $(BUILD)/bench
-	$(PYTHON) bench/run.py --daemon $(CURDIR)/$(DAEMON) --floor $(CURDIR)/$(BENCH_FLOOR) $(CURDIR)/$(BENCH_FLOOR_OBJ) \
-		--json $(BUILD)/bench/results.json $(BENCH_ARGS)
+	@$(MAKE) --no-print-directory bench-run
 
-# The floor: empty programs on the same tracepoints, loaded by a minimal libbpf loader.
+bench-run: $(DAEMON) $(BENCH_FLOOR_OBJ) $(BENCH_FLOOR)
+	@mkdir -p $(BENCH_DIR)
+	$(PYTHON) bench/run.py $(BENCH_RUN_ARGS)
+
+# The floor: empty tp_btf programs on the same tracepoints, loaded by a minimal libbpf loader.
 $(BENCH_FLOOR_OBJ): bench/floor.bpf.c $(VMLINUX_H)
 	@mkdir -p $(dir $@)
 	$(call msg,BPF,$@)
 	$(Q)$(CLANG) -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Werror -I$(dir $(VMLINUX_H)) \
 		$(CLANG_BPF_SYS_INCLUDES) -c $< -o $@
+
 $(BENCH_FLOOR): bench/floor.c
 	@mkdir -p $(dir $@)
 	$(call msg,CC,$@)
-	$(Q)cc -O2 -Wall -Werror $< $$(pkg-config --libs libbpf) -o $@
+	$(Q)$(CC) -O2 -g -Wall -Wextra -Werror $$(pkg-config --cflags libbpf) $< $$(pkg-config --libs libbpf) -o $@
