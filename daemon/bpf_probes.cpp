@@ -145,6 +145,7 @@ std::unique_ptr<BpfProbes> BpfProbes::Load(const ProbeOptions& options, ProbeErr
 
   std::string failures;
   for (const char* mode : {"tp_btf", "raw_tp"}) {
+    if (options.program_type != "auto" && options.program_type != mode) continue;
     std::unique_ptr<BpfProbes> probes(new BpfProbes());
     LIBBPF_OPTS(bpf_object_open_opts, open_opts);
     if (options.btf_path != kDefaultBtfPath) open_opts.btf_custom_path = options.btf_path.c_str();
@@ -212,7 +213,9 @@ std::unique_ptr<BpfProbes> BpfProbes::Load(const ProbeOptions& options, ProbeErr
     return probes;
   }
   *error_kind = ProbeError::kLoad;
-  *error = "the BPF programs did not load in any mode:" + failures;
+  *error = (options.program_type == "auto" ? std::string("the BPF programs did not load in any mode:")
+                                           : "the BPF programs did not load as " + options.program_type + ":") +
+           failures;
   return nullptr;
 }
 

@@ -20,6 +20,7 @@ namespace mergewatch {
 struct ProbeOptions {
   std::string btf_path = "/sys/kernel/btf/vmlinux";
   uint32_t inflight_entries = MW_DEFAULT_INFLIGHT_ENTRIES;
+  std::string program_type = "auto";  // auto, tp_btf or raw_tp (--bpf.program-type)
 };
 
 // Why loading failed, so main can pick the exit code and the advice.

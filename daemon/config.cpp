@@ -77,6 +77,11 @@ ParseResult ParseFlags(int argc, const char* const* argv) {
                  "counted as dropped")
       ->capture_default_str()
       ->check(CLI::Range(64u, 1u << 22));
+  app.add_option("--bpf.program-type", config.program_type,
+                 "auto: tp_btf, falling back to raw_tp where the kernel refuses it; tp_btf or raw_tp: only that "
+                 "one (raw_tp reads each field with bpf_probe_read_kernel, slower)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "tp_btf", "raw_tp"}));
   std::string refresh = "5s";
   app.add_option("--topology.refresh-interval", refresh,
                  "How often sysfs is rescanned for devices and queue settings (also on SIGHUP and new devices)")

@@ -4,8 +4,11 @@
 #include <cstdint>
 #include <string>
 
+#include <linux/types.h>
+
 #include "detector.h"
 #include "log.h"
+#include "mergewatch/abi.h"
 
 namespace mergewatch {
 
@@ -15,7 +18,8 @@ struct Config {
   std::string sysfs_root = "/sys";
   std::string btf_path = "/sys/kernel/btf/vmlinux";
   LogLevel log_level = LogLevel::kInfo;
-  uint32_t inflight_entries = 16384;
+  uint32_t inflight_entries = MW_DEFAULT_INFLIGHT_ENTRIES;
+  std::string program_type = "auto";  // auto (tp_btf, else raw_tp), tp_btf or raw_tp
   Duration topology_refresh = std::chrono::seconds(5);
   CollapsePolicy collapse;
 };

@@ -242,6 +242,7 @@ int RunDaemon(const Config& config) {
   ProbeOptions options;
   options.btf_path = config.btf_path;
   options.inflight_entries = config.inflight_entries;
+  options.program_type = config.program_type;
   ProbeError kind = ProbeError::kNone;
   std::unique_ptr<BpfProbes> probes = BpfProbes::Load(options, &kind, &error);
   if (!probes) {

@@ -1,4 +1,9 @@
-"""Request sizes, latencies and merges on real tracepoints, against a loop device's own stats."""
+"""Request sizes, latencies and merges on real tracepoints, against a loop device's own stats.
+
+Every test runs twice: with the tp_btf programs (what the daemon picks) and with the raw_tp
+fallback (a different compilation of the same handlers, reading fields with
+bpf_probe_read_kernel), pinned with --bpf.program-type.
+"""
 import pytest
 
 from conftest import fio, value
@@ -9,6 +14,17 @@ SIZE = "mergewatch_request_size_bytes"
 LATENCY = "mergewatch_request_latency_seconds"
 QUEUE = "mergewatch_request_queue_latency_seconds"
 MERGES = "mergewatch_bio_merges_total"
+MISSED = "mergewatch_missed_merges_total"
+ATTACHED = "mergewatch_bpf_program_attached"
+
+
+@pytest.fixture(params=["tp_btf", "raw_tp"])
+def daemon(daemon_factory, request):
+    d = daemon_factory(f"--bpf.program-type={request.param}")
+    s = d.scrape()
+    for tracepoint in ("block_rq_issue", "block_rq_complete", "block_getrq", "block_bio_backmerge"):
+        assert value(s, ATTACHED, tracepoint=tracepoint, mode=request.param) == 1, tracepoint
+    return d
 
 
 def read_shape(samples, dev):
@@ -21,6 +37,7 @@ def read_shape(samples, dev):
         "latency_count": value(samples, LATENCY + "_count", **labels),
         "queue_count": value(samples, QUEUE + "_count", **labels),
         "back_merges": value(samples, MERGES, kind="back", **labels),
+        "missed_merges": value(samples, MISSED, **labels),
     }
 
 
@@ -54,6 +71,7 @@ def test_merging_allowed_gives_large_requests_and_back_merges(daemon, loop_devic
     assert d["le4096"] <= 0.05 * d["requests"], d
     assert d["back_merges"] >= 8192 - 2 * d["requests"], d
     assert d["back_merges"] == d["stat_merges"], d
+    assert d["missed_merges"] == 0, d
 
 
 @pytest.mark.parametrize("scheduler", ["mq-deadline", "none"])
@@ -65,6 +83,9 @@ def test_nomerges_2_keeps_every_request_at_4k_and_back_merges_flat(daemon, loop_
     assert d["requests"] == 8192, d
     assert d["le4096"] == d["requests"], d
     assert d["back_merges"] == 0, d
+    # Each batch of 64 contiguous reads is one plug flush: all but its first request (or
+    # two, where a batch straddles flushes) were missed merges.
+    assert d["missed_merges"] >= 0.9 * d["requests"], d
 
 
 def test_queue_latency_only_where_insert_fires(daemon, loop_device):

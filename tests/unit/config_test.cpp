@@ -20,6 +20,17 @@ TEST(ParseFlags, DefaultsRun) {
   EXPECT_EQ(r.config.listen_address, ":9863");
   EXPECT_EQ(r.config.telemetry_path, "/metrics");
   EXPECT_EQ(r.config.sysfs_root, "/sys");
+  EXPECT_EQ(r.config.program_type, "auto");
+  EXPECT_EQ(r.config.inflight_entries, 65536u);  // README and mergewatch_bpf_inflight_capacity say so
+}
+
+TEST(ParseFlags, ProgramTypeCanBePinned) {
+  for (const char* type : {"auto", "tp_btf", "raw_tp"}) {
+    const std::string flag = std::string("--bpf.program-type=") + type;
+    ParseResult r = Parse({flag.c_str()});
+    ASSERT_TRUE(r.run) << r.output;
+    EXPECT_EQ(r.config.program_type, type);
+  }
 }
 
 TEST(ParseFlags, AcceptsPrometheusStyleFlags) {
@@ -44,7 +55,8 @@ TEST(ParseFlags, BadValuesSayWhatIsWrong) {
                                                           {"--web.listen-address=:99999"},
                                                           {"--web.listen-address=[::1]:9863"},
                                                           {"--web.telemetry-path=metrics"},
-                                                          {"--bpf.inflight-entries=1"}}) {
+                                                          {"--bpf.inflight-entries=1"},
+                                                          {"--bpf.program-type=kprobe"}}) {
     ParseResult r = Parse(args);
     EXPECT_FALSE(r.run) << args[0];
     EXPECT_EQ(r.exit_code, kExitUsage) << args[0];
