@@ -1,6 +1,4 @@
 """Every way mergewatchd can fail to start says what to do and exits with its own code."""
-import os
-import re
 import signal
 import subprocess
 
@@ -16,34 +14,6 @@ def run(*args, user=None, timeout=30):
     if user:
         cmd = ["setpriv", f"--reuid={user}", "--regid=nogroup", "--clear-groups", "--inh-caps=-all", *cmd]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-
-
-def readme_flags():
-    """{flag: default} from the README's flag table."""
-    readme = open(os.path.join(os.path.dirname(DAEMON), "..", "README.md")).read()
-    table = readme.split("\n## Flags\n", 1)[1].split("\n## ", 1)[0]
-    flags = {}
-    for row in table.splitlines():
-        cells = [c.strip() for c in row.strip("|").split("|")]
-        if len(cells) >= 2 and cells[0].startswith("`--"):
-            for flag in re.findall(r"`(--[a-z][a-z.-]*)`", cells[0]):
-                flags[flag] = cells[1].strip("`")
-    return flags
-
-
-def test_help_and_readme_list_the_same_flags_and_defaults():
-    r = run("--help")
-    assert r.returncode == 0
-    shown = {}
-    for line in r.stdout.splitlines():
-        m = re.match(r"\s+(?:-h,)?(--[a-z][a-z.-]*)(.*)", line)
-        if m:
-            default = re.search(r"=(\S+)", m.group(2))  # CLI11: "--flag TYPE=default  description"
-            shown[m.group(1)] = default.group(1) if default else ""
-    documented = readme_flags()
-    assert set(shown) == set(documented), "flags in --help but not the README (or the reverse)"
-    for flag, default in documented.items():
-        assert shown[flag] == default, f"{flag}: --help says {shown[flag]!r}, README {default!r}"
 
 
 def test_version():

@@ -1,0 +1,68 @@
+"""The README's reference tables say what the daemon really has: every flag with its default,
+every metric family it exports."""
+import glob
+import os
+import re
+
+import pytest
+
+from conftest import DAEMON, fio
+from test_cli import run
+
+REPO = os.path.join(os.path.dirname(DAEMON), "..")
+
+
+def readme_section(title):
+    readme = open(os.path.join(REPO, "README.md")).read()
+    return readme.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def readme_flags():
+    """{flag: default} from the README's flag table."""
+    table = readme_section("Flags")
+    flags = {}
+    for row in table.splitlines():
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        if len(cells) >= 2 and cells[0].startswith("`--"):
+            for flag in re.findall(r"`(--[a-z][a-z.-]*)`", cells[0]):
+                flags[flag] = cells[1].strip("`")
+    return flags
+
+
+def test_help_and_readme_list_the_same_flags_and_defaults():
+    r = run("--help")
+    assert r.returncode == 0
+    shown = {}
+    for line in r.stdout.splitlines():
+        m = re.match(r"\s+(?:-h,)?(--[a-z][a-z.-]*)(.*)", line)
+        if m:
+            default = re.search(r"=(\S+)", m.group(2))  # CLI11: "--flag TYPE=default  description"
+            shown[m.group(1)] = default.group(1) if default else ""
+    documented = readme_flags()
+    assert set(shown) == set(documented), "flags in --help but not the README (or the reverse)"
+    for flag, default in documented.items():
+        assert shown[flag] == default, f"{flag}: --help says {shown[flag]!r}, README {default!r}"
+
+
+def readme_metrics():
+    return set(re.findall(r"^\| `(mergewatch_[a-z_]+)`", readme_section("Metrics"), re.M))
+
+
+def test_every_documented_metric_is_in_the_code():
+    code = "".join(open(p).read() for p in glob.glob(os.path.join(REPO, "daemon", "*.cpp")))
+    missing = {m for m in readme_metrics() if f'"{m}"' not in code}
+    assert not missing, "documented in the README, exported nowhere"
+
+
+@pytest.mark.privileged
+def test_every_exported_metric_is_documented(daemon_factory, loop_device):
+    # A loop device as a detector candidate, so the detector's gauges are exported too.
+    d = daemon_factory("--collapse.lower-devices=^loop", "--collapse.require-upper=none")
+    dev = loop_device()
+    dev.set_queue(scheduler="mq-deadline", nomerges=2)
+    fio(dev, size_mb=8)
+    families = {m.group(1) for m in re.finditer(r"^# TYPE (\S+) ", d.scrape_text(), re.M)}
+    ours = {f for f in families if not f.startswith("exposer_")}
+    assert "mergewatch_collapse_small_request_ratio" in ours, "the detector's evidence should be exported"
+    undocumented = ours - readme_metrics()
+    assert not undocumented, "exported but missing from the README's metrics table"
