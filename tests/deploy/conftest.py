@@ -5,11 +5,9 @@ Run as `python3 -m pytest tests/deploy` with MERGEWATCHD pointing at the built d
 prerequisite is a failure, never a skip; as another user they skip, unless MERGEWATCH_NO_SKIP=1 turns
 the skip into a failure too.
 """
-import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -17,6 +15,9 @@ import time
 import urllib.request
 
 import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from mwtest import LoopDevice, attached_bpf_link_ids, bpf_link_ids_of, free_port, loop_device  # noqa: E402,F401
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -80,12 +81,6 @@ def daemon_binary():
 def run(cmd, timeout=60, **kw):
     """subprocess.run with captured text output and a bound on time."""
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def http_get(url, timeout=5):
@@ -190,71 +185,15 @@ def start_daemon(processes, *args, name="mergewatchd"):
     return d, port
 
 
-class LoopDevice:
-    """A loop device over a file in /dev/shm (RAM); detached and the file removed by detach()."""
-
-    def __init__(self, size_mb):
-        fd, self.backing = tempfile.mkstemp(prefix="mergewatch-deploy-", suffix=".img", dir="/dev/shm")
-        self.path = None
-        try:
-            os.ftruncate(fd, size_mb << 20)
-        finally:
-            os.close(fd)
-        try:
-            self.path = run([tool("losetup"), "--find", "--show", self.backing], check=True).stdout.strip()
-        except Exception:
-            os.unlink(self.backing)
-            raise
-        self.name = os.path.basename(self.path)
-
-    def set_queue(self, scheduler=None, nomerges=None):
-        if scheduler is not None:
-            with open(f"/sys/block/{self.name}/queue/scheduler", "w") as f:
-                f.write(scheduler)
-        if nomerges is not None:
-            with open(f"/sys/block/{self.name}/queue/nomerges", "w") as f:
-                f.write(str(nomerges))
-
-    def detach(self):
-        if self.path:
-            run(["losetup", "-d", self.path], timeout=30)
-        if os.path.exists(self.backing):
-            os.unlink(self.backing)
-
-
-@pytest.fixture
-def loop_device():
-    made = []
-
-    def make(size_mb=128):
-        dev = LoopDevice(size_mb)
-        made.append(dev)
-        return dev
-
-    yield make
-    for dev in made:
-        dev.detach()
-
-
-def bpf_link_ids_of(pid):
-    """IDs of the BPF links a process holds, from the fdinfo of its file descriptors."""
-    ids = set()
-    fd_dir = f"/proc/{pid}/fdinfo"
-    for fd in os.listdir(fd_dir):
-        try:
-            with open(os.path.join(fd_dir, fd)) as f:
-                for line in f:
-                    if line.startswith("link_id:"):
-                        ids.add(int(line.split()[1]))
-        except OSError:  # the fd was closed meanwhile
-            continue
-    return ids
-
-
-def attached_bpf_link_ids():
-    """IDs of every BPF link attached on the machine (bpftool)."""
-    out = run([tool("bpftool"), "-j", "link", "show"], timeout=30, check=True).stdout
-    return {link["id"] for link in json.loads(out or "[]")}
+def assert_alertmanager_routes(config):
+    """amtool accepts the Alertmanager config and routes the page to `pager`, the rest to `tickets`."""
+    r = run([tool("amtool"), "check-config", config])
+    assert r.returncode == 0, r.stdout + r.stderr
+    for receiver, labels in (("pager", ["severity=page", "alertname=MergewatchMergeCollapse"]),
+                             ("tickets", ["severity=warning", "alertname=MergewatchDown"])):
+        r = run([tool("amtool"), "config", "routes", "test", f"--config.file={config}",
+                 f"--verify.receivers={receiver}", *labels])
+        assert r.returncode == 0, f"{config}: {labels} did not route to {receiver}: {r.stdout}{r.stderr}"
 
 
 # Bytecode caches would land in the source tree; the tests import nothing worth caching.

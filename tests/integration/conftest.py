@@ -3,19 +3,20 @@
 These tests need root and kernel BTF. When make test runs them (MERGEWATCH_NO_SKIP=1)
 a skip is turned into a failure: on a machine that can run them, none may skip.
 """
-import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
+import sys
 import tempfile
 import time
-import urllib.error
 import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from mwtest import LoopDevice, attached_bpf_link_ids, bpf_link_ids_of, free_port, loop_device  # noqa: E402,F401
 
 DAEMON = os.environ.get("MERGEWATCHD", os.path.join(os.path.dirname(__file__), "../../build/mergewatchd"))
 
@@ -48,32 +49,6 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "privileged: needs root, BTF, loop devices")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def links_of(pid):
-    """IDs of the BPF links a process holds, from the fdinfo of its link fds."""
-    ids = set()
-    fd_dir = f"/proc/{pid}/fdinfo"
-    for fd in os.listdir(fd_dir):
-        try:
-            with open(os.path.join(fd_dir, fd)) as f:
-                for line in f:
-                    if line.startswith("link_id:"):
-                        ids.add(int(line.split()[1]))
-        except OSError:
-            continue
-    return ids
-
-
-def attached_link_ids():
-    out = subprocess.run(["bpftool", "-j", "link", "show"], capture_output=True, text=True, check=True).stdout
-    return {link["id"] for link in json.loads(out or "[]")}
 
 
 class Daemon:
@@ -138,52 +113,6 @@ def daemon_factory():
 @pytest.fixture
 def daemon(daemon_factory):
     return daemon_factory()
-
-
-class LoopDevice:
-    """A RAM-backed loop device; detached and its file removed at teardown."""
-
-    def __init__(self, size_mb=64):
-        fd, self.backing = tempfile.mkstemp(prefix="mergewatch-", suffix=".img", dir="/dev/shm")
-        os.ftruncate(fd, size_mb << 20)
-        os.close(fd)
-        self.path = subprocess.run(["losetup", "--find", "--show", self.backing], capture_output=True,
-                                   text=True, check=True).stdout.strip()
-        self.name = os.path.basename(self.path)
-        self.size_mb = size_mb
-
-    def set_queue(self, scheduler=None, nomerges=None):
-        if scheduler is not None:
-            with open(f"/sys/block/{self.name}/queue/scheduler", "w") as f:
-                f.write(scheduler)
-        if nomerges is not None:
-            with open(f"/sys/block/{self.name}/queue/nomerges", "w") as f:
-                f.write(str(nomerges))
-
-    def stat(self):
-        """(reads completed, reads merged) from /sys/block/X/stat."""
-        with open(f"/sys/block/{self.name}/stat") as f:
-            fields = [int(x) for x in f.read().split()]
-        return fields[0], fields[1]
-
-    def detach(self):
-        subprocess.run(["losetup", "-d", self.path], check=False)
-        if os.path.exists(self.backing):
-            os.unlink(self.backing)
-
-
-@pytest.fixture
-def loop_device():
-    made = []
-
-    def make(**kw):
-        dev = LoopDevice(**kw)
-        made.append(dev)
-        return dev
-
-    yield make
-    for dev in made:
-        dev.detach()
 
 
 def fio(device, rw="read", bs="4k", iodepth=64, batch=64, size_mb=32, extra=()):

@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from conftest import DAEMON, attached_link_ids, free_port, links_of
+from conftest import DAEMON, attached_bpf_link_ids, bpf_link_ids_of, free_port
 
 EXIT_USAGE, EXIT_NO_BTF, EXIT_NO_PRIVILEGE, EXIT_LISTEN = 2, 3, 4, 5
 
@@ -70,12 +70,12 @@ def test_unknown_paths_are_404_and_landing_page_links_metrics(daemon):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signals_detach_every_link(daemon_factory, sig):
     d = daemon_factory()
-    ours = links_of(d.proc.pid)
+    ours = bpf_link_ids_of(d.proc.pid)
     assert len(ours) >= 5, "the daemon should hold its links while running"
-    assert ours <= attached_link_ids()
+    assert ours <= attached_bpf_link_ids()
     assert d.stop(sig) == 0
     assert "BPF programs detached" in d.log_text()
-    assert ours.isdisjoint(attached_link_ids()), "links left attached after " + sig.name
+    assert ours.isdisjoint(attached_bpf_link_ids()), "links left attached after " + sig.name
 
 
 @pytest.mark.privileged
