@@ -81,15 +81,20 @@ help:
 	@echo '  make clean           remove $(BUILD)/'
 	@echo 'variables: VMLINUX_BTF=$(VMLINUX_BTF) VMLINUX_H=$(VMLINUX_H) CLANG=$(CLANG) BPFTOOL=$(BPFTOOL) V=1'
 
+# $(call install_debian_packages,WHO,PACKAGES): install those not installed yet (as root), or name them.
+define install_debian_packages
+@missing=''; for p in $(2); do \
+	dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
+done; \
+if [ -n "$$missing" ]; then \
+	if [ "$$(id -u)" != 0 ]; then echo "$(1): missing Debian packages:$$missing; run as root to install them" >&2; exit 1; fi; \
+	echo "$(1): installing$$missing"; \
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+fi
+endef
+
 deps:
-	@missing=''; for p in $(DEB_PACKAGES); do \
-		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
-	done; \
-	if [ -n "$$missing" ]; then \
-		if [ "$$(id -u)" != 0 ]; then echo "make deps: missing Debian packages:$$missing; run as root to install them" >&2; exit 1; fi; \
-		echo "make deps: installing$$missing"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
-	fi
+	$(call install_debian_packages,make deps,$(DEB_PACKAGES))
 
 all: deps deps-reliability
 	@$(MAKE) --no-print-directory build

@@ -29,14 +29,7 @@ BENCH_RUN_ARGS   = --daemon $(CURDIR)/$(DAEMON) --floor $(CURDIR)/$(BENCH_FLOOR)
 
 # After `deps` (the build's packages), never alongside it: two apt-get runs would fight over the lock.
 deps-bench: deps
-	@missing=''; for p in $(BENCH_PACKAGES); do \
-		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
-	done; \
-	if [ -n "$$missing" ]; then \
-		if [ "$$(id -u)" != 0 ]; then echo "make bench: missing Debian packages:$$missing; run as root to install them" >&2; exit 1; fi; \
-		echo "make bench: installing$$missing"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
-	fi
+	$(call install_debian_packages,make bench,$(BENCH_PACKAGES))
 
 # Packages first, then the build in a sub-make (pkg-config must see the installed packages).
 bench: deps-bench

@@ -44,14 +44,7 @@ FUZZ_CXXFLAGS  := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-reco
 .PHONY: test-sanitize test-fuzz deps-reliability
 
 deps-reliability:
-	@missing=''; for p in $(RELIABILITY_PACKAGES); do \
-		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
-	done; \
-	if [ -n "$$missing" ]; then \
-		if [ "$$(id -u)" != 0 ]; then echo "make deps-reliability: missing Debian packages:$$missing; run as root to install them" >&2; exit 1; fi; \
-		echo "make deps-reliability: installing$$missing"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
-	fi
+	$(call install_debian_packages,make deps-reliability,$(RELIABILITY_PACKAGES))
 
 # --- ASan + UBSan unit tests (g++) -------------------------------------------------------------
 
