@@ -117,7 +117,6 @@ struct Lookup {
   std::string error;     // empty on success
   bool missing = false;  // the path itself does not exist (no symlink involved)
   bool is_dir = false;   // what `rel` is, when ok()
-  bool is_regular = false;
   bool ok() const { return error.empty(); }
 };
 
@@ -182,7 +181,6 @@ class SysfsTree {
     // After a trailing "..", the entry of the new last component is needed.
     if (last == nullptr) last = &Stat(lookup.rel);
     lookup.is_dir = last->is_dir;
-    lookup.is_regular = last->is_regular;
     return lookup;
   }
 
@@ -213,10 +211,6 @@ class SysfsTree {
     const Lookup lookup = Resolve(rel);
     if (!lookup.ok()) {
       if (!lookup.missing) Warn(rel, lookup.error);
-      return std::nullopt;
-    }
-    if (!lookup.is_regular) {
-      Warn(rel, "not a regular file");
       return std::nullopt;
     }
     return ReadOpenAttr(rel, open(Full(lookup.rel).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
@@ -287,7 +281,6 @@ class SysfsTree {
     bool exists = false;
     bool is_symlink = false;
     bool is_dir = false;
-    bool is_regular = false;
     fs::path target;         // when is_symlink
     std::string link_error;  // when is_symlink and readlink failed
   };
@@ -303,7 +296,6 @@ class SysfsTree {
     if (entry.exists) {
       entry.is_symlink = fs::is_symlink(status);
       entry.is_dir = fs::is_directory(status);
-      entry.is_regular = fs::is_regular_file(status);
       if (entry.is_symlink) {
         entry.target = fs::read_symlink(full, ec);
         if (ec) entry.link_error = ec.message();
