@@ -113,11 +113,13 @@ static __always_inline struct mw_inflight *inflight_slot(void *request, __u64 no
 	if (!rq)
 		return NULL;
 	a = bpf_map_lookup_elem(&inflight, &way0);
-	b = bpf_map_lookup_elem(&inflight, &way1);
-	if (!a || !b)
+	if (!a)
 		return NULL;
 	if (a->rq == rq)
 		return a;
+	b = bpf_map_lookup_elem(&inflight, &way1);
+	if (!b)
+		return NULL;
 	if (b->rq == rq)
 		return b;
 	if (!claim)
@@ -144,7 +146,7 @@ struct {
  * The newest request created on each queue that has not been dispatched yet. A bio that
  * needs a new request (block_getrq) although it continues this one is a merge that was
  * possible and did not happen: the two met while still mergeable, in a plug or in the
- * scheduler's queue. Keyed by queue; LRU because queues come and go.
+ * scheduler's queue. One slot per queue, indexed by its id (below).
  */
 struct pending_request {
 	__u64 start_sector;
