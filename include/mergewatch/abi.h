@@ -101,6 +101,14 @@ struct mw_dev_stats {
 	/* block_bio_queue on bio-based devices (dm, md): bytes per bio the device received */
 	__u64 bio_size_slots[MW_SIZE_SLOTS];
 	__u64 bio_size_sum_bytes;
+	/*
+	 * Runs of contiguous, mergeable bios (same plug or scheduler queue, kernel merge rules)
+	 * that contained at least one missed merge, and the bytes those runs would have formed
+	 * as requests had merging happened (each run capped by the queue's limits): the size
+	 * merging would have built, which the detector compares with the size dispatched.
+	 */
+	__u64 missed_merge_runs;
+	__u64 missed_merge_run_bytes;
 };
 
 /* Indexes of the per-CPU event counter array: what the daemon reports as dropped or unmatched. */
@@ -151,14 +159,14 @@ static_assert(sizeof(struct mw_dev_key) == 24, "mw_dev_key layout");
 static_assert(sizeof(struct mw_origin_key) == 32, "mw_origin_key layout");
 static_assert(sizeof(struct mw_inflight) == 24, "mw_inflight layout");
 static_assert(sizeof(struct mw_dev_stats) ==
-		      8 * (2 * (MW_SIZE_SLOTS + 1) + 2 * (MW_LAT_SLOTS + 1) + 3),
+		      8 * (2 * (MW_SIZE_SLOTS + 1) + 2 * (MW_LAT_SLOTS + 1) + 5),
 	      "mw_dev_stats has no padding");
 #else
 _Static_assert(sizeof(struct mw_dev_key) == 24, "mw_dev_key layout");
 _Static_assert(sizeof(struct mw_origin_key) == 32, "mw_origin_key layout");
 _Static_assert(sizeof(struct mw_inflight) == 24, "mw_inflight layout");
 _Static_assert(sizeof(struct mw_dev_stats) ==
-		       8 * (2 * (MW_SIZE_SLOTS + 1) + 2 * (MW_LAT_SLOTS + 1) + 3),
+		       8 * (2 * (MW_SIZE_SLOTS + 1) + 2 * (MW_LAT_SLOTS + 1) + 5),
 	       "mw_dev_stats has no padding");
 #endif
 
