@@ -40,7 +40,7 @@ def staged_unit(workdir, dropins=()):
         os.symlink(daemon_binary(), link)
     unit = os.path.join(workdir, "mergewatchd.service")
     with open(unit, "w") as f:
-        f.write(open(UNIT_TEMPLATE).read().replace("@SBINDIR@", sbin))
+        f.write(open(UNIT_TEMPLATE).read().replace("@SBINDIR@", sbin).replace("@DOCDIR@", "/usr/share/doc/mergewatch"))
     if dropins:
         d = os.path.join(workdir, "mergewatchd.service.d")
         os.makedirs(d, exist_ok=True)
