@@ -45,8 +45,9 @@ $(DEB): FORCE
 	cd $(DEB_SRC) && dpkg-buildpackage -b --no-sign -nc > ../../dpkg-buildpackage.log 2>&1 \
 		|| { tail -n 60 ../../dpkg-buildpackage.log >&2; echo 'make deb: dpkg-buildpackage failed, log in $(DEB_DIR)/dpkg-buildpackage.log' >&2; exit 1; }
 	mv $(DEB_DIR)/src/mergewatch*_$(DEB_VERSION)_* $(DEB_DIR)/
-	lintian $(LINTIAN_ARGS) $@ | tee $(DEB_DIR)/lintian.txt
-	@echo 'make deb: $@ (lintian: 0 errors, 0 warnings; informational tags above, explained in debian/README.source)'
+	lintian $(LINTIAN_ARGS) $@ > $(DEB_DIR)/lintian.txt 2>&1; rc=$$?; cat $(DEB_DIR)/lintian.txt; \
+		[ $$rc = 0 ] || { echo 'make deb: lintian found errors or warnings' >&2; exit 1; }
+	@echo 'make deb: $@ (lintian: 0 errors, 0 warnings; the informational tags above are explained in README.md, "Debian package")'
 
 FORCE:
 
