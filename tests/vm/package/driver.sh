@@ -130,7 +130,8 @@ bpftool -j link show > "$out/bpftool-link-purged.json" 2>> "$out/guest.log"
 	done < "$out/dpkg-files.txt"
 	find /etc /lib/systemd /usr/lib/systemd /var/lib/systemd /run/systemd -maxdepth 3 \
 		\( -name 'mergewatchd*' -o -name 'mergewatch' -o -name 'mergewatch.*' \) 2>/dev/null
-	find /usr/sbin /usr/share /usr/share/doc /usr/share/man/man8 /var/lib/dpkg/info -maxdepth 1 \
+	find /usr/sbin /usr/share /usr/share/doc /usr/share/man/man8 /var/lib/dpkg/info /var/lib /var/log \
+		/var/cache -maxdepth 1 \
 		\( -name 'mergewatchd*' -o -name 'mergewatch' -o -name 'mergewatch.*' \) 2>/dev/null
 } | sort -u > "$out/left-after-purge.txt"
 res left_after "$(wc -l < "$out/left-after-purge.txt")"
