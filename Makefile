@@ -158,7 +158,7 @@ test-deploy: $(DAEMON)
 
 # Debian's 6.1 kernel under qemu (TCG) with an emulated NVMe disk and an LVM snapshot:
 # the 2019 incident for real (tests/vm/README.md). About two minutes.
-test-vm: $(DAEMON) $(DEB)
+test-vm: $(DAEMON) deb-build
 	@mkdir -p $(REPORTS)
 	MERGEWATCHD=$(CURDIR)/$(DAEMON) MERGEWATCH_DEB=$(CURDIR)/$(DEB) $(PYTHON) -m pytest -v -s -p no:cacheprovider \
 		--junitxml=$(REPORTS)/vm.xml tests/vm

@@ -25,16 +25,17 @@ LINTIAN_ARGS ?= --fail-on error,warning --display-info
 MIXIN_SRCS  := $(wildcard deploy/mixin/*.libsonnet deploy/mixin/*.jsonnet)
 MIXIN_OUT   := deploy/prometheus/mergewatch.rules.yml deploy/grafana/mergewatch.json
 
-.PHONY: deb deps-deb mixin dashboard-picture
+.PHONY: deb deb-build deps-deb mixin dashboard-picture
 
 deps-deb:
 	$(call install_debian_packages,make deps-deb,$(RUN_PACKAGES) $(PACKAGING_PACKAGES))
 
 deb: deps-deb
-	@$(MAKE) --no-print-directory $(DEB)
+	@$(MAKE) --no-print-directory deb-build
 
-# Always rebuilt (FORCE): the sources are every file of the tree, and some fixture paths hold ':'.
-$(DEB): FORCE
+# Always rebuilt (phony; a FORCE prerequisite does nothing under the Makefile's .SECONDARY:): the sources
+# are every file of the tree, and some fixture paths hold ':'. Incremental all the same: see DEB_SRC.
+deb-build:
 	@[ -n "$(DEB_VERSION)" ] || { echo 'make deb: no version in debian/changelog' >&2; exit 1; }
 	@mkdir -p $(DEB_SRC)
 	find $(DEB_SRC) -mindepth 1 -maxdepth 1 ! -name build -exec rm -rf {} +
@@ -45,11 +46,9 @@ $(DEB): FORCE
 	cd $(DEB_SRC) && dpkg-buildpackage -b --no-sign -nc > ../../dpkg-buildpackage.log 2>&1 \
 		|| { tail -n 60 ../../dpkg-buildpackage.log >&2; echo 'make deb: dpkg-buildpackage failed, log in $(DEB_DIR)/dpkg-buildpackage.log' >&2; exit 1; }
 	mv $(DEB_DIR)/src/mergewatch*_$(DEB_VERSION)_* $(DEB_DIR)/
-	lintian $(LINTIAN_ARGS) $@ > $(DEB_DIR)/lintian.txt 2>&1; rc=$$?; cat $(DEB_DIR)/lintian.txt; \
+	lintian $(LINTIAN_ARGS) $(DEB) > $(DEB_DIR)/lintian.txt 2>&1; rc=$$?; cat $(DEB_DIR)/lintian.txt; \
 		[ $$rc = 0 ] || { echo 'make deb: lintian found errors or warnings' >&2; exit 1; }
-	@echo 'make deb: $@ (lintian: 0 errors, 0 warnings; the informational tags above are explained in README.md, "Debian package")'
-
-FORCE:
+	@echo 'make deb: $(DEB) (lintian: 0 errors, 0 warnings; the informational tags above are explained in README.md, "Debian package")'
 
 # One source for rules and dashboard: the mixin. std.manifestYamlDoc output is stable, so the
 # committed files can be compared byte for byte with a fresh run.
