@@ -86,7 +86,7 @@ help:
 	@echo '  make test-fuzz       libFuzzer on the sysfs topology reader, 30 s (FUZZ_TIME=); clang++, $(BUILD)/fuzz/'
 	@echo '  make test-privileged tests on real tracepoints and loop devices (root)'
 	@echo '  make test-deploy     systemd unit (verify, security, sandbox), Prometheus rules, alert path end to end'
-	@echo '  make test-vm         the 2019 incident in a qemu VM: Debian 6.1, NVMe, LVM snapshot (root)'
+	@echo '  make test-vm         qemu VM, Debian 6.1 (root): the 2019 incident (NVMe, LVM snapshot), the unit under systemd, the .deb (built first) installed and purged with apt'
 	@echo '  make bench           overhead next to bpftrace and biolatency (BENCH_QUICK=1, BENCH_SECONDS=, BENCH_REPEATS=); see BENCHMARKS.md'
 	@echo '  make install         install to $$(DESTDIR)$$(PREFIX) (PREFIX=$(PREFIX))'
 	@echo '  make uninstall       remove what install put there'
