@@ -57,8 +57,8 @@ def res():
     deb = deb_path()
     subprocess.run([os.path.join(HERE, "setup.sh")], check=True, timeout=900)
     subprocess.run(["rm", "-rf", OUT], check=True)
-    r = subprocess.run([os.path.join(HERE, "run-vm.sh"), "--package", deb, "--out", OUT, "--timeout", "420"],
-                       capture_output=True, text=True, timeout=480)
+    r = subprocess.run([os.path.join(HERE, "run-vm.sh"), "--package", deb, "--out", OUT, "--timeout", "600"],
+                       capture_output=True, text=True, timeout=660)
     print(r.stdout[-3000:])
     if r.returncode in (2, 124, 125) or not read("results.txt"):
         pytest.fail(f"package VM run failed ({r.returncode}):\n{r.stdout[-6000:]}\n{r.stderr[-3000:]}{diag()}",
