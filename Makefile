@@ -18,12 +18,18 @@ VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 
 
 ARCH := $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/' -e 's/ppc64le/powerpc/' -e 's/s390x/s390/')
 
-# Debian packages for building, running and testing. `make deps` installs the missing ones.
-DEB_PACKAGES := clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config g++ make \
-	prometheus-cpp-dev libcivetweb-dev libcli11-dev libgtest-dev \
+# Debian packages, by what needs them. `make run`/`make all` install only RUN_PACKAGES (build the
+# daemon and run it); `make deps` (and so `make test`) installs all of them; `make deb` RUN and PACKAGING.
+# Run-time libraries (libbpf1, libprometheus-cpp-pull1.0, libcivetweb1, libelf1) come with the -dev packages.
+RUN_PACKAGES := clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config g++ make \
+	prometheus-cpp-dev libcivetweb-dev libcli11-dev
+# The .deb (tests/vm installs it) and the generated monitoring mixin and man page checks.
+PACKAGING_PACKAGES := debhelper dpkg-dev fakeroot lintian jsonnet groff man-db
+TEST_PACKAGES := libgtest-dev \
 	fio curl util-linux python3 python3-pytest python3-prometheus-client prometheus \
 	qemu-system-x86 busybox-static kmod cpio lvm2 e2fsprogs iproute2 procps gzip \
-	prometheus-alertmanager systemd strace
+	prometheus-alertmanager systemd strace $(PACKAGING_PACKAGES)
+DEB_PACKAGES := $(RUN_PACKAGES) $(TEST_PACKAGES)
 
 ifeq ($(V),1)
 Q :=
@@ -48,6 +54,9 @@ UNIT_BIN  := $(BUILD)/mergewatch_unit_tests
 BPF_OBJ   := $(BUILD)/mergewatch.bpf.o
 SKEL      := $(BUILD)/mergewatch.skel.h
 
+# make deb, make mixin, make dashboard-picture; defines $(DEB), which test-vm needs.
+include mk/package.mk
+
 # pkg-config runs in the sub-make started after `deps`, when the packages are there.
 PKG_LIBS  = $(shell pkg-config --libs prometheus-cpp-pull libbpf) -lcivetweb-cpp -lcivetweb -lelf -lz -lpthread
 CXXFLAGS  ?= -O2 -g
@@ -60,24 +69,29 @@ BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Werror \
 CLANG_BPF_SYS_INCLUDES = $(shell $(CLANG) -v -E - </dev/null 2>&1 \
 	| sed -n '/<...> search starts here:/,/End of search list./{ s| \(/.*\)|-idirafter \1|p }')
 
-.PHONY: all build run test test-unit test-privileged test-deploy test-vm install uninstall clean deps help \
-	test-sanitize test-fuzz deps-reliability
+.PHONY: all build daemon run test test-unit test-privileged test-deploy test-vm install uninstall clean deps \
+	deps-run help test-sanitize test-fuzz deps-reliability
 
 help:
 	@echo 'mergewatch targets:'
-	@echo '  make run             install deps, build, run mergewatchd as root (RUN_ARGS="--flag=value ...")'
-	@echo '  make test            install deps, build, run every test: unit, sanitizers, fuzz, privileged, deploy, VM'
-	@echo '  make all             install deps and build $(DAEMON)'
+	@echo '  make run             install the run deps, build and run mergewatchd as root (RUN_ARGS="--flag=value ...")'
+	@echo '  make test            install all deps, build, run every test: unit, sanitizers, fuzz, privileged, deploy, VM'
+	@echo '  make all             install the run deps and build $(DAEMON)'
+	@echo '  make build           build $(DAEMON) and the unit tests (no package installs)'
+	@echo '  make deb             the Debian package: $(BUILD)/deb/mergewatch_<version>_<arch>.deb, then lintian'
+	@echo '  make mixin           regenerate deploy/prometheus/mergewatch.rules.yml and the Grafana dashboard from deploy/mixin/'
+	@echo '  make dashboard-picture  docs/dashboard.png: the dashboard panels queried from a real Prometheus (root)'
 	@echo '  make test-unit       GoogleTest unit tests only (no root needed)'
 	@echo '  make test-sanitize   unit tests under ASan+UBSan+LeakSanitizer (g++, objects in $(BUILD)/asan/)'
 	@echo '  make test-fuzz       libFuzzer on the sysfs topology reader, 30 s (FUZZ_TIME=); clang++, $(BUILD)/fuzz/'
 	@echo '  make test-privileged tests on real tracepoints and loop devices (root)'
 	@echo '  make test-deploy     systemd unit (verify, security, sandbox), Prometheus rules, alert path end to end'
-	@echo '  make test-vm         the 2019 incident in a qemu VM: Debian 6.1, NVMe, LVM snapshot (root)'
+	@echo '  make test-vm         qemu VM, Debian 6.1 (root): the 2019 incident (NVMe, LVM snapshot), the unit under systemd, the .deb (built first) installed and purged with apt'
 	@echo '  make bench           overhead next to bpftrace and biolatency (BENCH_QUICK=1, BENCH_SECONDS=, BENCH_REPEATS=); see BENCHMARKS.md'
 	@echo '  make install         install to $$(DESTDIR)$$(PREFIX) (PREFIX=$(PREFIX))'
 	@echo '  make uninstall       remove what install put there'
-	@echo '  make deps            install the Debian packages the build and tests need (idempotent)'
+	@echo '  make deps-run        install the Debian packages building and running need (RUN_PACKAGES, idempotent)'
+	@echo '  make deps            install those plus what the tests and `make deb` need (idempotent)'
 	@echo '  make clean           remove $(BUILD)/'
 	@echo 'variables: VMLINUX_BTF=$(VMLINUX_BTF) VMLINUX_H=$(VMLINUX_H) CLANG=$(CLANG) BPFTOOL=$(BPFTOOL) V=1'
 
@@ -93,11 +107,17 @@ if [ -n "$$missing" ]; then \
 fi
 endef
 
+deps-run:
+	$(call install_debian_packages,make deps-run,$(RUN_PACKAGES))
+
 deps:
 	$(call install_debian_packages,make deps,$(DEB_PACKAGES))
 
-all: deps deps-reliability
-	@$(MAKE) --no-print-directory build
+# Only the daemon: the unit tests need libgtest-dev, a test dependency.
+all: deps-run
+	@$(MAKE) --no-print-directory daemon
+
+daemon: $(DAEMON)
 
 build: $(DAEMON) $(UNIT_BIN)
 
@@ -107,7 +127,8 @@ run: all
 
 # Every suite runs even when an earlier one fails; the summary line decides the exit code.
 REPORTS := $(BUILD)/reports
-test: all
+test: deps deps-reliability
+	@$(MAKE) --no-print-directory build
 	@rm -rf $(REPORTS); status=0; \
 	$(MAKE) --no-print-directory test-unit || status=1; \
 	$(MAKE) --no-print-directory -j$(NPROC) test-sanitize || status=1; \
@@ -137,9 +158,9 @@ test-deploy: $(DAEMON)
 
 # Debian's 6.1 kernel under qemu (TCG) with an emulated NVMe disk and an LVM snapshot:
 # the 2019 incident for real (tests/vm/README.md). About two minutes.
-test-vm: $(DAEMON)
+test-vm: $(DAEMON) deb-build
 	@mkdir -p $(REPORTS)
-	MERGEWATCHD=$(CURDIR)/$(DAEMON) $(PYTHON) -m pytest -v -s -p no:cacheprovider \
+	MERGEWATCHD=$(CURDIR)/$(DAEMON) MERGEWATCH_DEB=$(CURDIR)/$(DEB) $(PYTHON) -m pytest -v -s -p no:cacheprovider \
 		--junitxml=$(REPORTS)/vm.xml tests/vm
 
 $(BUILD)/obj $(BUILD)/obj/unit:
@@ -172,31 +193,43 @@ $(LIB): $(LIB_OBJS)
 
 $(DAEMON): $(MAIN_OBJ) $(LIB)
 	$(call msg,LINK,$@)
-	$(Q)$(CXX) $(CXXFLAGS) $^ $(PKG_LIBS) -o $@
+	$(Q)$(CXX) $(CXXFLAGS) $(LDFLAGS) $^ $(PKG_LIBS) -o $@
 
 $(UNIT_BIN): $(UNIT_OBJS) $(LIB)
 	$(call msg,LINK,$@)
 	$(Q)$(CXX) $(CXXFLAGS) $^ -lgtest -lgtest_main $(PKG_LIBS) -o $@
 
 # The unit goes where systemd looks for units of this prefix (/usr/local/lib/systemd/system for the
-# default); /etc/default/mergewatchd is never overwritten, it holds the operator's flags.
+# default; the Debian package passes UNITDIR=/lib/systemd/system, where bookworm's systemd and lintian
+# want packaged units); /etc/default/mergewatchd is never overwritten, it holds the operator's flags.
 UNITDIR     ?= $(PREFIX)/lib/systemd/system
 SYSCONFDIR  ?= /etc
-RULESDIR    ?= $(PREFIX)/share/mergewatch/prometheus
+DATADIR     ?= $(PREFIX)/share/mergewatch
+RULESDIR    ?= $(DATADIR)/prometheus
+MANDIR      ?= $(PREFIX)/share/man
+DOCDIR      ?= $(PREFIX)/share/doc/mergewatch
 install: all
 	install -D -m 0755 $(DAEMON) $(DESTDIR)$(PREFIX)/sbin/mergewatchd
 	install -d $(DESTDIR)$(UNITDIR)
-	sed 's|@SBINDIR@|$(PREFIX)/sbin|g' deploy/systemd/mergewatchd.service.in > $(DESTDIR)$(UNITDIR)/mergewatchd.service
+	sed -e 's|@SBINDIR@|$(PREFIX)/sbin|g' -e 's|@DOCDIR@|$(DOCDIR)|g' deploy/systemd/mergewatchd.service.in > $(DESTDIR)$(UNITDIR)/mergewatchd.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/mergewatchd.service
 	[ -e $(DESTDIR)$(SYSCONFDIR)/default/mergewatchd ] || \
 		install -D -m 0644 deploy/default/mergewatchd $(DESTDIR)$(SYSCONFDIR)/default/mergewatchd
 	install -D -m 0644 -t $(DESTDIR)$(RULESDIR) deploy/prometheus/*.yml
+	install -D -m 0644 -t $(DESTDIR)$(RULESDIR)/file_sd deploy/prometheus/file_sd/*.yml
+	install -D -m 0644 -t $(DESTDIR)$(DATADIR)/grafana deploy/grafana/*.json
+	install -D -m 0644 -t $(DESTDIR)$(DATADIR)/mixin deploy/mixin/*.libsonnet deploy/mixin/*.jsonnet
+	install -D -m 0644 -t $(DESTDIR)$(DATADIR)/systemd deploy/systemd/examples/*.conf
+	install -D -m 0644 docs/mergewatchd.8 $(DESTDIR)$(MANDIR)/man8/mergewatchd.8
+	install -D -m 0644 -t $(DESTDIR)$(DOCDIR) README.md docs/runbook.md
 	@if [ -z "$(DESTDIR)" ] && command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then \
 		systemctl daemon-reload; echo 'installed: systemctl enable --now mergewatchd'; fi
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/sbin/mergewatchd $(DESTDIR)$(UNITDIR)/mergewatchd.service
-	rm -rf $(DESTDIR)$(RULESDIR)
+	rm -f $(DESTDIR)$(MANDIR)/man8/mergewatchd.8
+	rm -rf $(DESTDIR)$(DOCDIR)
+	rm -rf $(DESTDIR)$(DATADIR)
 	@echo 'left $(SYSCONFDIR)/default/mergewatchd in place (your flags)'
 
 clean:

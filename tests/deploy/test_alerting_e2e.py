@@ -37,7 +37,7 @@ RESOLVED_TIMEOUT = 45
 # After the last expected notification: a few group_intervals for anything unexpected to arrive.
 SETTLE = 3
 
-FOR_LINE = re.compile(r"^(\s+for: )(\d+)m$", re.M)
+FOR_LINE = re.compile(r'^(\s+for: "?)(\d+)m("?)$', re.M)
 
 
 # --- the rule file, with shorter for: ---------------------------------------------------------------------
@@ -55,7 +55,7 @@ def shipped_alert_rules():
 
 def rules_with_short_for(text):
     """The rule text with every `for: Nm` turned into `for: Ns`; nothing else changes."""
-    return FOR_LINE.subn(lambda m: f"{m.group(1)}{m.group(2)}s", text)
+    return FOR_LINE.subn(lambda m: f"{m.group(1)}{m.group(2)}s{m.group(3)}", text)
 
 
 def write_test_rules(path):
@@ -67,7 +67,7 @@ def write_test_rules(path):
     old_lines, new_lines = text.splitlines(), short.splitlines()
     assert len(old_lines) == len(new_lines)
     changed = [(a, b) for a, b in zip(old_lines, new_lines) if a != b]
-    assert len(changed) == n and all(FOR_LINE.match(a) and a[:-1] == b[:-1] for a, b in changed), changed
+    assert len(changed) == n and all(FOR_LINE.match(a) and rules_with_short_for(a)[0] == b for a, b in changed), changed
     # And as YAML: the same rules, with every alert's for: in seconds.
     expected = yaml.safe_load(text)
     for group in expected["groups"]:
@@ -285,7 +285,7 @@ def test_merge_collapse_pages_through_prometheus_and_alertmanager_and_resolves(l
         assert set(ann) == {"summary", "description", "runbook_url"}, ann
         assert ann["summary"] == shipped["annotations"]["summary"]
         assert ann["runbook_url"] == shipped["annotations"]["runbook_url"]
-        assert ann["runbook_url"].endswith("/docs/runbook.md#mergewatchmergecollapse")
+        assert ann["runbook_url"].endswith("/runbook.md#mergewatchmergecollapse")
         # The description, rendered from live queries: the host, the disk, the evidence gauges, nomerges=2.
         m = re.fullmatch(
             rf"Host {re.escape(path.instance)}: requests dispatched to {dev.name} are no longer merged, so the disk "
@@ -383,7 +383,7 @@ def test_mergewatch_down_reaches_the_ticket_receiver_and_resolves(webhook, workd
         ann = alert["annotations"]
         assert ann["summary"] == shipped["annotations"]["summary"]
         assert ann["runbook_url"] == shipped["annotations"]["runbook_url"]
-        assert ann["runbook_url"].endswith("/docs/runbook.md#mergewatchdown")
+        assert ann["runbook_url"].endswith("/runbook.md#mergewatchdown")
         assert f"mergewatchd at {path.instance} " in ann["description"], ann["description"]
         assert path.seen[("MergewatchDown", None)][:2] == ["pending", "firing"], path.seen
 

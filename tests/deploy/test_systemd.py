@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import DEPLOY, UNIT_TEMPLATE, daemon_binary, free_port, http_get, run, tool, wait_until
+from conftest import DEPLOY, REPO, UNIT_TEMPLATE, daemon_binary, free_port, http_get, run, tool, wait_until
 
 MAX_EXPOSURE = 2.0
 DEFAULT_FILE = os.path.join(DEPLOY, "default", "mergewatchd")
@@ -40,13 +40,22 @@ def staged_unit(workdir, dropins=()):
         os.symlink(daemon_binary(), link)
     unit = os.path.join(workdir, "mergewatchd.service")
     with open(unit, "w") as f:
-        f.write(open(UNIT_TEMPLATE).read().replace("@SBINDIR@", sbin))
+        f.write(open(UNIT_TEMPLATE).read().replace("@SBINDIR@", sbin).replace("@DOCDIR@", "/usr/share/doc/mergewatch"))
+    # Documentation=man:mergewatchd(8): verify runs `man` on it, so the page must be found (verify_env).
+    man8 = os.path.join(workdir, "man", "man8")
+    os.makedirs(man8, exist_ok=True)
+    shutil.copy(os.path.join(REPO, "docs", "mergewatchd.8"), man8)
     if dropins:
         d = os.path.join(workdir, "mergewatchd.service.d")
         os.makedirs(d, exist_ok=True)
         for path in dropins:
             shutil.copy(path, d)
     return unit
+
+
+def verify_env(workdir):
+    """systemd-analyze verify checks each man: Documentation= with `man`: the staged man page only."""
+    return dict(os.environ, MANPATH=os.path.join(workdir, "man"))
 
 
 def exposure(unit, cwd):
@@ -82,13 +91,13 @@ def test_default_file_only_sets_mergewatchd_args():
 def test_systemd_analyze_verify_is_clean(workdir):
     """verify exits 0 even for unknown keys, so its output must be empty too."""
     unit = staged_unit(workdir)
-    r = run([tool("systemd-analyze"), "verify", unit], cwd=workdir)
+    r = run([tool("systemd-analyze"), "verify", unit], cwd=workdir, env=verify_env(workdir))
     assert r.returncode == 0 and r.stdout + r.stderr == "", r.stdout + r.stderr
 
 
 def test_systemd_analyze_verify_is_clean_with_the_pre_5_8_dropin(workdir):
     unit = staged_unit(workdir, dropins=[PRE_58_DROPIN])
-    r = run([tool("systemd-analyze"), "verify", unit], cwd=workdir)
+    r = run([tool("systemd-analyze"), "verify", unit], cwd=workdir, env=verify_env(workdir))
     assert r.returncode == 0 and r.stdout + r.stderr == "", r.stdout + r.stderr
     score, report = exposure(unit, workdir)
     assert "CAP_SYS_ADMIN" in report and "Service has administrator privileges" in report, report

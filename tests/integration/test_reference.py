@@ -1,8 +1,10 @@
-"""The README's reference tables say what the daemon really has: every flag with its default,
-every metric family it exports."""
+"""The README's reference tables and the man page say what the daemon really has: every flag with its
+default, every metric family it exports."""
 import glob
 import os
 import re
+import shutil
+import subprocess
 
 import pytest
 
@@ -29,7 +31,8 @@ def readme_flags():
     return flags
 
 
-def test_help_and_readme_list_the_same_flags_and_defaults():
+def help_flags():
+    """{flag: default} from --help."""
     r = run("--help")
     assert r.returncode == 0
     shown = {}
@@ -38,6 +41,11 @@ def test_help_and_readme_list_the_same_flags_and_defaults():
         if m:
             default = re.search(r"=(\S+)", m.group(2))  # CLI11: "--flag TYPE=default  description"
             shown[m.group(1)] = default.group(1) if default else ""
+    return shown
+
+
+def test_help_and_readme_list_the_same_flags_and_defaults():
+    shown = help_flags()
     documented = readme_flags()
     assert set(shown) == set(documented), "flags in --help but not the README (or the reverse)"
     for flag, default in documented.items():
@@ -66,3 +74,75 @@ def test_every_exported_metric_is_documented(daemon_factory, loop_device):
     assert "mergewatch_collapse_small_request_ratio" in ours, "the detector's evidence should be exported"
     undocumented = ours - readme_metrics()
     assert not undocumented, "exported but missing from the README's metrics table"
+
+
+MAN_PAGE = os.path.join(REPO, "docs", "mergewatchd.8")
+
+
+def render_man(*cmd, env=None):
+    """stdout of a man page renderer; fails on any warning it printed."""
+    if shutil.which(cmd[0]) is None:
+        pytest.fail(f"{cmd[0]} not found: install the Debian packages groff and man-db (make deps)")
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0 and not r.stderr.strip(), f"{' '.join(cmd)}: rc {r.returncode}\n{r.stderr}"
+    return r.stdout
+
+
+def man_text():
+    # -Tascii with overstriking off (grotty -c -b -o -u): plain text, \- is "-".
+    return render_man("groff", "-ww", "-man", "-Tascii", "-P-cbou", MAN_PAGE)
+
+
+def man_section(title):
+    return man_text().split(f"\n{title}\n", 1)[1].split("\n\n\n", 1)[0] if f"\n{title}\n" in man_text() else ""
+
+
+def test_man_page_renders_without_warnings():
+    text = man_text()
+    for section in ("NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "METRICS", "SIGNALS", "EXIT STATUS", "FILES",
+                    "EXAMPLES"):
+        assert f"\n{section}\n" in text, f"man page has no {section} section"
+    # man-db's own pipeline as a reader gets it (tbl, groff, grotty), with all its warnings on.
+    env = dict(os.environ, MANWIDTH="80", MAN_KEEP_FORMATTING="0", LC_ALL="C.UTF-8")
+    out = render_man("man", "--warnings=all", "-l", MAN_PAGE, env=env)
+    assert "mergewatchd" in out
+
+
+def man_flags():
+    """{flag: default} from the man page's OPTIONS: tag lines `--flag=value (default: X)`, `--version`, `-h, --help`."""
+    flags = {}
+    for m in re.finditer(r"^ {7}(?:-h, )?(--[a-z][a-z.-]*)(?:=\S+)?(?: \(default: (\S*)\))?$",
+                         man_section("OPTIONS"), re.M):
+        flags[m.group(1)] = m.group(2) or ""
+    return flags
+
+
+def test_man_page_and_help_list_the_same_flags_and_defaults():
+    shown, man = help_flags(), man_flags()
+    missing = sorted(set(shown) - set(man))
+    extra = sorted(set(man) - set(shown))
+    wrong = sorted(f"{f}: --help {shown[f]!r}, man page {man[f]!r}" for f in set(shown) & set(man)
+                   if shown[f] != man[f])
+    todo = "".join(f"\n  .TP\n  .BI \\-\\-{f[2:].replace('-', chr(92) + '-')}= value \" \\fR(default: \\fB{shown[f]}\\fR)\""
+                   f"\n  <what it does>" for f in missing)
+    assert not (missing or extra or wrong), (
+        f"docs/mergewatchd.8 OPTIONS is out of step with --help:\n"
+        f"in --help, not in the man page: {missing}\nin the man page, not in --help: {extra}\n"
+        f"defaults that differ: {wrong}\nadd to docs/mergewatchd.8 under .SH OPTIONS:{todo}")
+
+
+def test_man_page_lists_the_readme_metrics():
+    man = set(re.findall(r"^ {7}(mergewatch_[a-z_]+)$", man_section("METRICS"), re.M))
+    readme = readme_metrics()
+    assert man == readme, (
+        f"docs/mergewatchd.8 METRICS is out of step with the README's metrics table:\n"
+        f"in the README, not in the man page: {sorted(readme - man)}\n"
+        f"in the man page, not in the README: {sorted(man - readme)}\n"
+        "add each as `.TP` / `.B name` / `Type (labels): meaning.` under .SH METRICS")
+
+
+def test_man_page_lists_every_exit_code():
+    with open(os.path.join(REPO, "daemon", "exit_codes.h")) as f:
+        codes = {int(c) for c in re.findall(r"kExit\w+ = (\d+),", f.read())}
+    listed = {int(c) for c in re.findall(r"^ {7}(\d+)(?: {2,}|$)", man_section("EXIT STATUS"), re.M)}
+    assert codes and listed == codes, f"daemon/exit_codes.h has {sorted(codes)}, the man page {sorted(listed)}"

@@ -21,13 +21,16 @@
 #                          guest's root (/usr/local/sbin/mergewatchd, the shipped unit,
 #                          /etc/default/mergewatchd) and run tests/vm/systemd/driver.sh instead
 #                          of the scenario (--daemon-args then go into /etc/default/mergewatchd)
+#     --package DEB        package mode: systemd mode without `make install`; the driver
+#                          tests/vm/package/driver.sh installs DEB with `apt-get install`
+#                          in the guest, checks the service, purges it (test_package.py)
 #     --unit-dropin FILE   systemd mode: also install FILE as a drop-in,
 #                          /etc/systemd/system/mergewatchd.service.d/50-vmtest.conf (to try a
 #                          change to the unit; test_systemd_unit.py asserts there is none)
 #     -v, --verbose        stream the guest console while it runs
 # Every option also reads an environment variable: MW_VM_OUT, MW_VM_DAEMON,
 # MW_VM_DAEMON_ARGS, MW_VM_METRICS_URL, MW_VM_DETECT_WAIT, MW_VM_CASES,
-# MW_VM_FILE_MB, MW_VM_READER, MW_VM_BPFTRACE=1, MW_VM_SYSTEMD=1, MW_VM_UNIT_DROPIN,
+# MW_VM_FILE_MB, MW_VM_READER, MW_VM_BPFTRACE=1, MW_VM_SYSTEMD=1, MW_VM_PACKAGE, MW_VM_UNIT_DROPIN,
 # MW_VM_TIMEOUT, MW_VM_SMP, MW_VM_MEM;
 # MW_VM_DIR is setup.sh's build dir (default <repo>/build/vm).
 #
@@ -52,6 +55,7 @@ reader=${MW_VM_READER:-cat}
 bpftrace=${MW_VM_BPFTRACE:-0}
 systemd=${MW_VM_SYSTEMD:-0}
 unit_dropin=${MW_VM_UNIT_DROPIN:-}
+package=${MW_VM_PACKAGE:-}
 timeout_s=${MW_VM_TIMEOUT:-}
 smp=${MW_VM_SMP:-2}
 mem=${MW_VM_MEM:-2048}
@@ -71,6 +75,7 @@ while [ $# -gt 0 ]; do
 	--bpftrace) bpftrace=1; shift ;;
 	--systemd) systemd=1; shift ;;
 	--unit-dropin) unit_dropin=$2; shift 2 ;;
+	--package) package=$2; shift 2 ;;
 	--timeout) timeout_s=$2; shift 2 ;;
 	--smp) smp=$2; shift 2 ;;
 	--mem) mem=$2; shift 2 ;;
@@ -101,7 +106,14 @@ if [ -n "$daemon" ]; then
 	[ "$systemd" = 1 ] || [ -n "$metrics_url" ] ||
 		die "--metrics-url is required with --daemon (the daemon's listen address in the guest)"
 fi
-if [ "$systemd" = 1 ]; then
+driver="$here/systemd/driver.sh"
+if [ -n "$package" ]; then
+	package=$(readlink -f "$package")
+	[ -f "$package" ] && [ "${package%.deb}" != "$package" ] || die "--package '$package' is not a .deb file"
+	[ -z "$daemon" ] || die "--package and --daemon exclude each other (the package brings the daemon)"
+	systemd=1
+	driver="$here/package/driver.sh"
+elif [ "$systemd" = 1 ]; then
 	[ -n "$daemon" ] || die "--systemd needs --daemon PATH (installed by make install as /usr/local/sbin/mergewatchd)"
 	command -v make > /dev/null || die "--systemd: make missing (the guest root gets \`make install DESTDIR=\`)"
 	[ -z "$unit_dropin" ] || [ -f "$unit_dropin" ] || die "--unit-dropin '$unit_dropin' is not a file"
@@ -130,17 +142,22 @@ touch "$out/.mw-vm-run"
 	printf 'MW_FILE_MB=%q\n' "$file_mb"
 	printf 'MW_READER=%q\n' "$reader"
 	printf 'MW_BPFTRACE=%q\n' "$bpftrace"
+	printf 'MW_PACKAGE=%q\n' "$package"
 } > "$out/guest.env"
 
 # systemd mode: a tree that guest-init.sh copies over the guest's root before switch_root.
 stage_systemd_root() {
 	local root="$out/rootfs" etc="$out/rootfs/etc/systemd/system" u
+	mkdir -p "$root"
+	# Package mode: the driver installs the .deb itself, nothing is staged.
+	[ -n "$package" ] || {
 	# The real `make install` (PREFIX=/usr/local): daemon, unit (@SBINDIR@ substituted),
 	# /etc/default/mergewatchd, rules. -o all: install what is given, never build here.
 	make -C "$repo" --no-print-directory -o all install DESTDIR="$root" DAEMON="$daemon" \
 		> "$out/make-install.log" 2>&1 || { cat "$out/make-install.log" >&2; die "make install DESTDIR=$root failed"; }
 	# An operator's flags, as an edit of the installed /etc/default/mergewatchd.
 	[ -n "$daemon_args" ] && printf 'MERGEWATCHD_ARGS=%s\n' "$daemon_args" >> "$root/etc/default/mergewatchd"
+	}
 	mkdir -p "$etc"
 	if [ -n "$unit_dropin" ]; then
 		install -D -m 0644 "$unit_dropin" "$etc/mergewatchd.service.d/50-vmtest.conf"
@@ -168,7 +185,7 @@ stage_systemd_root() {
 	Type=oneshot
 	TimeoutStartSec=infinity
 	Environment=MW_OUT=/vmout PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-	ExecStart=/bin/bash $here/systemd/driver.sh
+	ExecStart=/bin/bash $driver
 	StandardOutput=journal+console
 	StandardError=inherit
 	EOF
@@ -202,7 +219,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-say "kernel $KVER, out $out, timeout ${timeout_s}s, daemon ${daemon:-none}, bpftrace $bpftrace, systemd $systemd"
+say "kernel $KVER, out $out, timeout ${timeout_s}s, daemon ${daemon:-none}, bpftrace $bpftrace, systemd $systemd${package:+, package $package}"
 if [ "$systemd" = 1 ]; then
 	append="console=ttyS0 panic=-1 mitigations=off mw.init=systemd mw.moddir=$MODDIR"
 	append+=" systemd.unit=mergewatch-vmtest.target systemd.show_status=1 fstab=no systemd.firstboot=0"

@@ -139,7 +139,7 @@ def test_guest_runs_systemd_as_pid1_in_a_vm(res):
 
 def test_installed_by_make_install_and_enabled(res):
     with open(os.path.join(REPO, "deploy/systemd/mergewatchd.service.in")) as f:
-        want = f.read().replace("@SBINDIR@", "/usr/local/sbin")
+        want = f.read().replace("@SBINDIR@", "/usr/local/sbin").replace("@DOCDIR@", "/usr/local/share/doc/mergewatch")
     got = read("rootfs/usr/local/lib/systemd/system/mergewatchd.service")
     assert got == want, "installed unit is not the template with @SBINDIR@=/usr/local/sbin"
     assert filecmp.cmp(os.path.join(OUT, "rootfs/usr/local/sbin/mergewatchd"), DAEMON, shallow=False)

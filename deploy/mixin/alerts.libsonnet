@@ -1,0 +1,84 @@
+// prometheusAlerts: the page (the daemon's own collapse verdict) and three warnings about the watch itself.
+//
+// The merge-collapse page is decided by the daemon's detector (mergewatch_merge_collapse, with its own
+// raise/clear hysteresis and device policy), not by a request-size threshold here: small 4 KiB requests
+// alone are normal for random I/O and must not page (see docs/runbook.md, "When not to act").
+local fold(text) = std.join(' ', std.split(std.rstripChars(text, '\n'), '\n'));  // YAML's `>-`
+
+{
+  prometheusAlerts+:: {
+    local c = $._config,
+    local runbook(alert) = c.runbookURL + '#' + std.asciiLower(alert),
+    groups+: [{
+      name: 'mergewatch.alerts',
+      rules: [
+        {
+          alert: 'MergewatchMergeCollapse',
+          expr: 'mergewatch_merge_collapse{%(mergewatchSelector)s} == 1' % c,
+          'for': c.collapseFor,
+          labels: { severity: c.pageSeverity },
+          annotations: {
+            summary: 'Block request merging has collapsed on a disk.',
+            description: fold(|||
+              Host {{ $labels.instance }}: requests dispatched to {{ $labels.device }} are no longer merged, so the
+              disk receives many small requests where a few large ones would do:
+              {{ with printf "mergewatch_collapse_small_request_ratio{job='%s',instance='%s',device='%s'}" $labels.job $labels.instance $labels.device | query }}{{ . | first | value | humanizePercentage }}{{ else }}an unknown share{{ end }}
+              of
+              {{ with printf "mergewatch_collapse_requests_per_second{job='%s',instance='%s',device='%s'}" $labels.job $labels.instance $labels.device | query }}{{ . | first | value | humanize }}{{ else }}unknown{{ end }}
+              requests/s are at most 4 KiB, mean request
+              {{ with printf "mergewatch_collapse_lower_request_bytes{job='%s',instance='%s',device='%s'}" $labels.job $labels.instance $labels.device | query }}{{ . | first | value | printf "%.0f" }} bytes{{ else }}unknown{{ end }}.
+              {{ if $labels.upper }}Device stacked above it: {{ $labels.upper }}{{ with printf "mergewatch_collapse_upper_bio_bytes{job='%s',instance='%s',device='%s',upper='%s'}" $labels.job $labels.instance $labels.device $labels.upper | query }}, receiving {{ . | first | value | printf "%.0f" }}-byte bios{{ end }}.{{ else }}No device is stacked above it.{{ end }}
+              queue/nomerges of {{ $labels.device }} is
+              {{ with printf "mergewatch_queue_nomerges{job='%s',instance='%s',device='%s'}" $labels.job $labels.instance $labels.device | query }}{{ . | first | value }}{{ else }}unknown{{ end }}
+              (0 = merging allowed, 2 = all merging disabled).
+            |||),
+            runbook_url: runbook('MergewatchMergeCollapse'),
+          },
+        },
+        {
+          alert: 'MergewatchDown',
+          expr: 'up{%(mergewatchSelector)s} == 0' % c,
+          'for': c.downFor,
+          labels: { severity: c.warningSeverity },
+          annotations: {
+            summary: 'mergewatchd cannot be scraped; merge collapse on this host would go unnoticed.',
+            description: fold(|||
+              Prometheus has failed to scrape mergewatchd at {{ $labels.instance }} for the whole alert hold time
+              (daemon stopped, crashed, restarting, or the port is blocked).
+            |||),
+            runbook_url: runbook('MergewatchDown'),
+          },
+        },
+        {
+          alert: 'MergewatchTargetsAbsent',
+          expr: 'absent(up{%(mergewatchSelector)s})' % c,
+          'for': c.absentFor,
+          labels: { severity: c.warningSeverity },
+          annotations: {
+            summary: 'No mergewatch scrape targets at all.',
+            description: fold(|||
+              Prometheus has had no target matching %(mergewatchSelector)s for %(absentFor)s: service discovery (the
+              file_sd target files) or the scrape configuration is broken, so no host is watched.
+            ||| % c),
+            runbook_url: runbook('MergewatchTargetsAbsent'),
+          },
+        },
+        {
+          alert: 'MergewatchBpfNotAttached',
+          expr: 'mergewatch_bpf_program_attached{%(mergewatchSelector)s,tracepoint=~"block_rq_issue|block_rq_complete"} == 0' % c,
+          'for': c.bpfNotAttachedFor,
+          labels: { severity: c.warningSeverity },
+          annotations: {
+            summary: 'mergewatchd runs but a required BPF program is not attached.',
+            description: fold(|||
+              mergewatchd at {{ $labels.instance }} reports its {{ $labels.mode }} program on {{ $labels.tracepoint }}
+              as not attached: request sizes and latencies from this host are missing or wrong, and merge collapse
+              cannot be detected.
+            |||),
+            runbook_url: runbook('MergewatchBpfNotAttached'),
+          },
+        },
+      ],
+    }],
+  },
+}

@@ -1,0 +1,25 @@
+// The one place to adapt the mixin to a site. Override in your own jsonnet:
+//   (import 'mixin.libsonnet') + { _config+:: { runbookURL: 'https://wiki.example.org/mergewatch/runbook' } }
+// or edit this file and run `make mixin`, which regenerates deploy/prometheus/mergewatch.rules.yml and
+// deploy/grafana/mergewatch.json (the files the package ships).
+{
+  _config+:: {
+    // Selects mergewatchd's scrape targets in every alert and dashboard query.
+    mergewatchSelector: 'job="mergewatch"',
+    // Where docs/runbook.md is served; each alert links to its section (#<alertname in lower case>).
+    // The default is the copy the Debian package installs on every host.
+    runbookURL: 'file:///usr/share/doc/mergewatch/runbook.md',
+    // Severity of the merge-collapse page and of the other (non-paging) alerts.
+    pageSeverity: 'page',
+    warningSeverity: 'warning',
+    // How long each condition must hold before the alert fires.
+    collapseFor: '5m',
+    downFor: '5m',
+    absentFor: '10m',
+    bpfNotAttachedFor: '5m',
+    // Dashboard: title, uid, and the rate window of its panels.
+    dashboardTitle: 'mergewatch: block I/O merges',
+    dashboardUID: 'mergewatch-block-io',
+    rateInterval: '$__rate_interval',
+  },
+}

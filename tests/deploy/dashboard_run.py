@@ -1,0 +1,210 @@
+"""A real merge collapse for the dashboard: used by tests/deploy/test_mixin.py (every dashboard query returns
+data) and docs/dashboard_picture.py (docs/dashboard.png). Real parts only:
+
+- a RAM-backed loop device with the mq-deadline scheduler (so requests are inserted and queue latency exists)
+  and nomerges=2, read by fio with 4 KiB direct I/O submitted in batches of 64 (the e2e test's collapse);
+- mergewatchd watching that loop device with short detector times (its "host");
+- a second mergewatchd reading the seed-lvm-snapshot sysfs fixture (an LVM snapshot on NVMe, as in 2019):
+  this host has no device-mapper, so only that daemon can show the stacking (holders, dm/LVM names);
+- Prometheus scraping both every second as job "mergewatch".
+
+Everything started here is stopped by PID, the loop device detached, in stop().
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "tests"))
+from mwtest import LoopDevice, free_port  # noqa: E402
+
+DASHBOARD = os.path.join(REPO, "deploy", "grafana", "mergewatch.json")
+STACKED_SYSFS = os.path.join(REPO, "tests", "fixtures", "sysfs", "seed-lvm-snapshot")
+# Detector policy in seconds (the e2e test's): raise a few seconds into the collapse.
+POLICY = ["--collapse.require-upper=none", "--collapse.window=5s", "--collapse.raise-after=2s",
+          "--collapse.clear-after=4s"]
+RATE_INTERVAL = "10s"  # what $__rate_interval stands for: ten 1 s scrapes
+
+
+class Failure(Exception):
+    pass
+
+
+def get_json(url, timeout=10):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+def wait_until(predicate, timeout, what, diag=lambda: ""):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            result = predicate()
+            if result:
+                return result
+        except Exception as e:  # noqa: BLE001 - the thing polled may not be up yet
+            last = e
+        time.sleep(0.25)
+    raise Failure(f"timed out after {timeout} s waiting for {what} (last error: {last})\n{diag()}")
+
+
+def tool(name):
+    path = shutil.which(name)
+    if path is None:
+        raise Failure(f"{name} not found (make deps)")
+    return path
+
+
+class DashboardRun:
+    def __init__(self, daemon):
+        self.daemon = daemon
+        self.dir = tempfile.mkdtemp(prefix="mergewatch-dashboard-")
+        self.procs = []
+        self.dev = None
+
+    # --- processes ---------------------------------------------------------------------------------------
+
+    def _start(self, name, cmd):
+        log = open(os.path.join(self.dir, f"{name}.log"), "wb")
+        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        p.name, p.log_file = name, log
+        self.procs.append(p)
+        return p
+
+    def log(self, name, tail=30):
+        path = os.path.join(self.dir, f"{name}.log")
+        if not os.path.exists(path):
+            return ""
+        with open(path, errors="replace") as f:
+            return f"--- {name} log ---\n" + "\n".join(f.read().splitlines()[-tail:])
+
+    def diag(self):
+        return "\n".join(self.log(p.name) for p in self.procs)
+
+    def _daemon(self, name, port, *args):
+        p = self._start(name, [self.daemon, f"--web.listen-address=127.0.0.1:{port}", *args])
+
+        def ready():
+            if p.poll() is not None:
+                raise Failure(f"{name} exited with {p.returncode}\n{self.log(name)}")
+            with open(os.path.join(self.dir, f"{name}.log"), errors="replace") as f:
+                return 'msg="ready:' in f.read()
+        wait_until(ready, 30, f"{name} to report ready", lambda: self.log(name))
+        return p
+
+    def start(self):
+        self.dev = LoopDevice(size_mb=128)
+        self.dev.set_queue(scheduler="mq-deadline", nomerges=2)
+        ports = set()
+        while len(ports) < 3:
+            ports.add(free_port())
+        self.loop_port, self.stacked_port, self.prom_port = sorted(ports)
+        self.loop_instance = f"127.0.0.1:{self.loop_port}"
+        self.stacked_instance = f"127.0.0.1:{self.stacked_port}"
+        self._daemon("mergewatchd-loop", self.loop_port, f"--collapse.lower-devices=^{self.dev.name}$", *POLICY)
+        self._daemon("mergewatchd-stacked", self.stacked_port, f"--path.sysfs={STACKED_SYSFS}")
+        data = os.path.join(self.dir, "prometheus-data")
+        os.mkdir(data)
+        config = os.path.join(self.dir, "prometheus.yml")
+        with open(config, "w") as f:
+            json.dump({"global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+                       "scrape_configs": [{"job_name": "mergewatch", "static_configs": [
+                           {"targets": [self.loop_instance, self.stacked_instance]}]}]}, f)  # JSON is YAML
+        self.prom = self._start("prometheus", [tool("prometheus"), f"--config.file={config}",
+                                               f"--web.listen-address=127.0.0.1:{self.prom_port}",
+                                               f"--storage.tsdb.path={data}"])
+        wait_until(lambda: urllib.request.urlopen(f"{self.prom_url}/-/ready", timeout=5).status == 200, 60,
+                   "Prometheus /-/ready", self.diag)
+
+        def both_up():
+            targets = get_json(f"{self.prom_url}/api/v1/targets")["data"]["activeTargets"]
+            return sum(t["health"] == "up" for t in targets) == 2
+        wait_until(both_up, 30, "Prometheus to scrape both daemons", self.diag)
+        self.start_time = time.time()
+        self.fio = self._start("fio", [tool("fio"), "--name=mergewatch-dashboard", f"--filename={self.dev.path}",
+                                       "--rw=read", "--bs=4k", "--direct=1", "--ioengine=libaio", "--iodepth=64",
+                                       "--iodepth_batch_submit=64", "--iodepth_batch_complete_min=64",
+                                       "--time_based", "--runtime=300"])
+        return self
+
+    @property
+    def prom_url(self):
+        return f"http://127.0.0.1:{self.prom_port}"
+
+    def wait_collapse(self, timeout=60):
+        """Until Prometheus holds mergewatch_merge_collapse 1 for the loop device."""
+        sel = f'mergewatch_merge_collapse{{job="mergewatch",instance="{self.loop_instance}",device="{self.dev.name}"}}'
+
+        def raised():
+            if self.fio.poll() is not None:
+                raise Failure(f"fio exited with {self.fio.returncode}\n{self.log('fio')}")
+            r = self.query(sel)
+            return r and float(r[0]["value"][1]) == 1
+        wait_until(raised, timeout, "the collapse to be raised and scraped", self.diag)
+
+    def stop(self):
+        errors = []
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait(timeout=10)
+                    errors.append(f"{p.name} needed SIGKILL")
+            p.log_file.close()
+            if p.name.startswith("mergewatchd") and p.returncode != 0:
+                errors.append(f"{p.name} exited with {p.returncode}\n{self.log(p.name)}")
+        if self.dev is not None:
+            self.dev.detach()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        if errors:
+            raise Failure("; ".join(errors))
+
+    # --- queries -----------------------------------------------------------------------------------------
+
+    def api(self, path, **params):
+        url = f"{self.prom_url}/api/v1/{path}?{urllib.parse.urlencode(params, doseq=True)}"
+        try:
+            body = get_json(url)
+        except urllib.error.HTTPError as e:  # 400 for a query that does not parse: its error text says why
+            body = json.loads(e.read())
+        if body.get("status") != "success":
+            raise Failure(f"Prometheus refused {params}: {body.get('errorType')}: {body.get('error')}")
+        return body["data"]
+
+    def query(self, expr):
+        return self.api("query", query=expr)["result"]
+
+    def query_range(self, expr, start, end, step):
+        return self.api("query_range", query=expr, start=start, end=end, step=step)["result"]
+
+
+def dashboard():
+    with open(DASHBOARD) as f:
+        return json.load(f)
+
+
+def panel_targets(board=None):
+    """[(panel title, refId, expr, legendFormat, panel)] for every query target of every panel."""
+    out = []
+    for panel in (board or dashboard())["panels"]:
+        for t in panel.get("targets", []):
+            out.append((panel["title"], t["refId"], t["expr"], t.get("legendFormat", ""), panel))
+    return out
+
+
+def substitute(expr, instance, device, rate_interval=RATE_INTERVAL):
+    """The query Grafana sends for these picker values (regexes, as multi-value variables are)."""
+    return (expr.replace("$__rate_interval", rate_interval).replace("$instance", instance)
+            .replace("$device", device))

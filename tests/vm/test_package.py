@@ -1,0 +1,161 @@
+"""The Debian package in the Debian 6.1 VM under its real systemd (tests/vm/run-vm.sh --package, driver
+tests/vm/package/driver.sh): `apt-get install ./mergewatch_*.deb` enables and starts the service (Type=notify,
+/metrics answers with the programs attached, run as a dynamic user); `apt-get purge` leaves no unit, no process,
+no BPF program or link, no file of the package and no flags file.
+
+The .deb is `make deb`'s output ($MERGEWATCH_DEB, set by `make test-vm`, which builds it first). One VM boot,
+about 40-60 s of wall time."""
+import json
+import os
+import subprocess
+import tarfile
+import io
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+OUT = os.path.join(REPO, "build", "vm", "package-run")
+CAP_BPF_PERFMON = "000000c000000000"
+
+
+def deb_path():
+    path = os.environ.get("MERGEWATCH_DEB")
+    if not path:
+        version = subprocess.run(["dpkg-parsechangelog", "-l", os.path.join(REPO, "debian/changelog"), "-S",
+                                  "Version"], capture_output=True, text=True).stdout.strip()
+        arch = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True).stdout.strip()
+        path = os.path.join(REPO, "build", "deb", f"mergewatch_{version}_{arch}.deb")
+    if not os.path.isfile(path):
+        pytest.fail(f"{path} missing: run `make deb` (make test-vm builds it)")
+    return path
+
+
+def read(name):
+    try:
+        with open(os.path.join(OUT, name), errors="replace") as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def diag():
+    return (f"\n---- driver log ({OUT}/guest.log)\n{read('guest.log')[-5000:]}"
+            f"\n---- apt-get install\n{read('apt-install.log')[-2000:]}"
+            f"\n---- apt-get purge\n{read('apt-purge.log')[-2000:]}"
+            f"\n---- mergewatchd journal\n{read('journal-mergewatchd.txt')[-2500:]}"
+            f"\n---- tail of guest console\n{read('console.log')[-2000:]}")
+
+
+def expect(cond, what):
+    if not cond:
+        pytest.fail(f"{what}{diag()}", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def res():
+    deb = deb_path()
+    subprocess.run([os.path.join(HERE, "setup.sh")], check=True, timeout=900)
+    subprocess.run(["rm", "-rf", OUT], check=True)
+    r = subprocess.run([os.path.join(HERE, "run-vm.sh"), "--package", deb, "--out", OUT, "--timeout", "600"],
+                       capture_output=True, text=True, timeout=660)
+    print(r.stdout[-3000:])
+    if r.returncode in (2, 124, 125) or not read("results.txt"):
+        pytest.fail(f"package VM run failed ({r.returncode}):\n{r.stdout[-6000:]}\n{r.stderr[-3000:]}{diag()}",
+                    pytrace=False)
+    out = {}
+    for line in read("results.txt").splitlines():
+        k, _, v = line.partition("=")
+        out[k] = v
+    return out
+
+
+def bpf(name):
+    text = read(name)
+    try:
+        return json.loads(text or "[]")
+    except ValueError:
+        pytest.fail(f"{name} is not JSON: {text[:400]!r}{diag()}", pytrace=False)
+
+
+def test_the_package_ships_the_generated_rules_and_dashboard():
+    """The rule file and dashboard in the .deb are the committed ones, which test_mixin.py checks are the mixin's
+    output."""
+    data = subprocess.run(["dpkg-deb", "--fsys-tarfile", deb_path()], capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        for shipped, committed in (("./usr/share/mergewatch/prometheus/mergewatch.rules.yml",
+                                    "deploy/prometheus/mergewatch.rules.yml"),
+                                   ("./usr/share/mergewatch/grafana/mergewatch.json", "deploy/grafana/mergewatch.json")):
+            with open(os.path.join(REPO, committed), "rb") as f:
+                assert tar.extractfile(shipped).read() == f.read(), f"{shipped} in the .deb is not {committed}"
+
+
+def test_apt_get_install_enables_and_starts_the_service(res):
+    print(f"apt-get install took {res.get('install_seconds')} s: {res.get('package_status')}")
+    expect(res.get("kernel", "").startswith("6.1.") and res.get("virtualization") == "qemu",
+           f"guest kernel {res.get('kernel')}, virtualization {res.get('virtualization')}")
+    expect(res.get("clean_before_ok") == "1", "the guest had mergewatch before the install")
+    expect(res.get("install_rc") == "0" and res.get("package_status", "").startswith("install ok installed"),
+           f"apt-get install rc {res.get('install_rc')}, status {res.get('package_status')!r}")
+    expect(res.get("conffiles", "").split() == ["/etc/default/mergewatchd"], f"conffiles {res.get('conffiles')!r}")
+    # dh_installsystemd's postinst did it: the driver never ran systemctl enable or start.
+    expect(res.get("is_enabled") == "enabled"
+           and res.get("wants_link") == "/lib/systemd/system/mergewatchd.service"
+           and res.get("fragment_path") == "/lib/systemd/system/mergewatchd.service",
+           f"is-enabled {res.get('is_enabled')}, wants link {res.get('wants_link')!r}, "
+           f"FragmentPath {res.get('fragment_path')}")
+    expect(res.get("active") == "active" and res.get("type") == "notify"
+           and "programs attached" in res.get("status_text", ""),
+           f"is-active {res.get('active')}, Type={res.get('type')}, StatusText={res.get('status_text')!r}")
+    # (systemctl show quotes an entry holding parentheses)
+    expect(res.get("documentation") == '"man:mergewatchd(8)" file:/usr/share/doc/mergewatch/runbook.md',
+           f"Documentation={res.get('documentation')!r}")
+    # The unit's dynamic user, not root.
+    uid = int(res.get("uid") or 0)
+    expect(61184 <= uid <= 65519 and res.get("main_user") == "mergewatchd",
+           f"main process uid {uid}, user {res.get('main_user')!r}")
+
+
+def test_metrics_answer_with_the_programs_attached(res):
+    expect(res.get("metrics_ok") == "1", f"curl /metrics rc {res.get('metrics_rc')}")
+    text = read("metrics-installed.prom")
+    for tp in ("block_rq_issue", "block_rq_complete"):
+        expect(any(line.startswith("mergewatch_bpf_program_attached{") and f'tracepoint="{tp}"' in line
+                   and line.endswith(" 1") for line in text.splitlines()), f"{tp} not attached:\n{text[:1500]}")
+    version = res.get("package_status", "").split()[-1]
+    expect(f'mergewatch_build_info{{version="{version}"' in text, f"build_info is not version {version}")
+
+
+def test_apt_get_purge_leaves_nothing_behind(res):
+    print(f"apt-get purge took {res.get('purge_seconds')} s; left: {read('left-after-purge.txt')!r}")
+    expect(res.get("purge_rc") == "0", f"apt-get purge rc {res.get('purge_rc')}")
+    expect(res.get("package_status_after", "") in ("", "unknown ok not-installed")
+           or "no packages found" in res.get("package_status_after", ""),
+           f"dpkg status after purge {res.get('package_status_after')!r}")
+    # No unit: systemd has no file for it (LoadState not-found), none enabled.
+    expect(res.get("load_state_after") == "not-found" and res.get("unit_files_after") == "0"
+           and res.get("active_after") != "active",
+           f"LoadState {res.get('load_state_after')}, unit files {res.get('unit_files_after')}, "
+           f"is-active {res.get('active_after')}")
+    # No process.
+    expect(res.get("main_pid_alive_after") == "no" and not res.get("processes_after", "").strip(),
+           f"main PID alive {res.get('main_pid_alive_after')}, mergewatchd processes {res.get('processes_after')!r}")
+    # No BPF program or link of the service's user (positive control: they were there while it ran).
+    uid = int(res.get("uid") or -1)
+    running = [p for p in bpf("bpftool-prog-installed.json") if p.get("uid") == uid]
+    ids = {p["id"] for p in running}
+    expect({"block_rq_issue", "block_rq_complete"} <= {link.get("tp_name") for link in
+                                                        bpf("bpftool-link-installed.json")
+                                                        if link.get("prog_id") in ids},
+           f"while installed: programs {[(p['id'], p['name']) for p in running]}")
+    left = [p for p in bpf("bpftool-prog-purged.json") if p["id"] in ids or p.get("uid") == uid]
+    left_links = [link for link in bpf("bpftool-link-purged.json") if link.get("prog_id") in ids]
+    expect(not left and not left_links, f"after purge: programs {left}, links {left_links}")
+    # No file: every path dpkg listed, /etc/default/mergewatchd, systemd's enablement state.
+    files = read("dpkg-files.txt").split()
+    expect("/etc/default/mergewatchd" in files and "/usr/sbin/mergewatchd" in files
+           and "/usr/share/man/man8/mergewatchd.8.gz" in files, f"dpkg -L before purge: {files}")
+    expect(res.get("left_after") == "0" and not read("left-after-purge.txt").strip(),
+           f"left after purge:\n{read('left-after-purge.txt')}")
+    expect(read("exit-status").strip() == "0", f"driver checks failed: exit-status {read('exit-status')!r}: "
+           + ", ".join(k for k, v in res.items() if k.endswith("_ok") and v != "1"))
