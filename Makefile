@@ -20,10 +20,10 @@ ARCH := $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/' -e 's/pp
 
 # Debian packages for building, running and testing. `make deps` installs the missing ones.
 DEB_PACKAGES := clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config g++ make \
-	prometheus-cpp-dev libcivetweb-dev libcli11-dev libgtest-dev \
+	prometheus-cpp-dev libmicrohttpd-dev libgnutls28-dev libyaml-cpp-dev libcrypt-dev libcli11-dev libgtest-dev \
 	fio curl util-linux python3 python3-pytest python3-prometheus-client prometheus \
 	qemu-system-x86 busybox-static kmod cpio lvm2 e2fsprogs iproute2 procps gzip \
-	prometheus-alertmanager systemd strace
+	prometheus-alertmanager systemd strace openssl python3-bcrypt
 
 ifeq ($(V),1)
 Q :=
@@ -49,7 +49,7 @@ BPF_OBJ   := $(BUILD)/mergewatch.bpf.o
 SKEL      := $(BUILD)/mergewatch.skel.h
 
 # pkg-config runs in the sub-make started after `deps`, when the packages are there.
-PKG_LIBS  = $(shell pkg-config --libs prometheus-cpp-pull libbpf) -lcivetweb-cpp -lcivetweb -lelf -lz -lpthread
+PKG_LIBS  = $(shell pkg-config --libs prometheus-cpp-core libbpf libmicrohttpd gnutls yaml-cpp libxcrypt) -lelf -lz -lpthread
 CXXFLAGS  ?= -O2 -g
 CXXFLAGS  += -std=c++17 -Wall -Wextra -Werror -MMD -MP
 CPPFLAGS  += -Iinclude -Idaemon -I$(BUILD) -DMERGEWATCH_VERSION='"$(VERSION)"' \
