@@ -42,7 +42,7 @@ ParseResult ParseFlags(int argc, const char* const* argv) {
   app.add_option("--web.listen-address", config.listen_addresses,
                  "Address to serve metrics on, host:port: :9863 (every interface), 127.0.0.1:9863, [::1]:9863; "
                  "repeat for several")
-      ->capture_default_str();
+      ->default_str(":9863");
   app.add_option("--web.config.file", config.web_config_file,
                  "Web config file (exporter-toolkit format) for TLS and basic auth; empty: plain HTTP, no auth")
       ->capture_default_str();

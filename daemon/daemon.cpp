@@ -191,6 +191,7 @@ class Listeners {
 bool OpenListeners(const Config& config, Listeners* listeners, std::string* error) {
   if (config.systemd_socket) {
     for (int fd : SystemdListenFds(error)) listeners->Add(fd);
+    if (listeners->fds().empty()) *error = "the systemd sockets: " + *error;
     return !listeners->fds().empty();
   }
   for (const std::string& text : config.listen_addresses) {
@@ -247,7 +248,7 @@ int RunDaemon(const Config& config) {
   // Listen first: a taken port is the cheapest failure to report, before any BPF work.
   Listeners listeners;
   if (!OpenListeners(config, &listeners, &error)) {
-    Fail("cannot listen: " + error, kExitListen);
+    Fail("cannot listen on " + error, kExitListen);
     return kExitListen;
   }
   const std::string listen_names = listeners.Names();
