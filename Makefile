@@ -71,7 +71,7 @@ help:
 	@echo '  make test-unit       GoogleTest unit tests only (no root needed)'
 	@echo '  make test-sanitize   unit tests under ASan+UBSan+LeakSanitizer (g++, objects in $(BUILD)/asan/)'
 	@echo '  make test-fuzz       libFuzzer on the sysfs topology reader, 30 s (FUZZ_TIME=); clang++, $(BUILD)/fuzz/'
-	@echo '  make test-privileged tests on real tracepoints and loop devices (root)'
+	@echo '  make test-privileged tests on real tracepoints and loop devices (root); builds an ASan daemon too'
 	@echo '  make test-deploy     systemd unit (verify, security, sandbox), Prometheus rules, alert path end to end'
 	@echo '  make test-vm         the 2019 incident in a qemu VM: Debian 6.1, NVMe, LVM snapshot (root)'
 	@echo '  make bench           overhead next to bpftrace and biolatency (BENCH_QUICK=1, BENCH_SECONDS=, BENCH_REPEATS=); see BENCHMARKS.md'
@@ -126,7 +126,7 @@ test-unit: $(UNIT_BIN)
 # As root on a machine with BTF none of these may skip: MERGEWATCH_NO_SKIP turns a skip into a failure.
 test-privileged: $(DAEMON)
 	@mkdir -p $(REPORTS)
-	MERGEWATCHD=$(CURDIR)/$(DAEMON) MERGEWATCH_NO_SKIP=$$( [ "$$(id -u)" = 0 ] && echo 1 || echo 0 ) \
+	MERGEWATCHD=$(CURDIR)/$(DAEMON) MERGEWATCHD_ASAN=$(CURDIR)/$(ASAN_DAEMON) MERGEWATCH_NO_SKIP=$$( [ "$$(id -u)" = 0 ] && echo 1 || echo 0 ) \
 		$(PYTHON) -m pytest -v -rs -p no:cacheprovider --junitxml=$(REPORTS)/privileged.xml tests/integration
 
 # The shipped deploy/ files against the real tools: systemd-analyze, promtool, Prometheus, Alertmanager.
