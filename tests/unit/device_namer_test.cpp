@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <thread>
 
 #include <sys/stat.h>
 
@@ -72,9 +73,14 @@ TEST_F(ReusedNumber, OddDiskseqFilesNeitherBlockNorLeaveTheTree) {
   const fs::path diskseq = root_ / "devices/virtual/block/loop0/diskseq";
   ASSERT_EQ(mkfifo(diskseq.c_str(), 0600), 0);
   SysfsDeviceNamer namer(root_.string());
-  auto result = std::async(std::launch::async, [&] { return namer.NameOf(7, 0, 42); });
-  ASSERT_EQ(result.wait_for(std::chrono::seconds(10)), std::future_status::ready)
-      << "NameOf blocked on a FIFO; the test process will hang on exit";
+  // A detached thread, so that a blocked open() fails this test instead of hanging the binary.
+  auto promise = std::make_shared<std::promise<std::optional<std::string>>>();
+  std::future<std::optional<std::string>> result = promise->get_future();
+  std::thread([promise, root = root_.string()] {
+    SysfsDeviceNamer fresh(root);
+    promise->set_value(fresh.NameOf(7, 0, 42));
+  }).detach();
+  ASSERT_EQ(result.wait_for(std::chrono::seconds(10)), std::future_status::ready) << "NameOf blocked on a FIFO";
   EXPECT_EQ(result.get(), "loop0");  // unreadable diskseq: unknown, not a mismatch
 
   fs::remove(diskseq);
