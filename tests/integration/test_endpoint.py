@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from conftest import DAEMON, Daemon, free_port
+from conftest import DAEMON, free_port
 
 # The README's "Securing the endpoint" names these.
 REQUEST_TIMEOUT_S = 10
