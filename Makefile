@@ -188,6 +188,7 @@ install: all
 	install -d $(DESTDIR)$(UNITDIR)
 	sed 's|@SBINDIR@|$(PREFIX)/sbin|g' deploy/systemd/mergewatchd.service.in > $(DESTDIR)$(UNITDIR)/mergewatchd.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/mergewatchd.service
+	install -m 0644 deploy/systemd/mergewatchd.socket $(DESTDIR)$(UNITDIR)/mergewatchd.socket
 	[ -e $(DESTDIR)$(SYSCONFDIR)/default/mergewatchd ] || \
 		install -D -m 0644 deploy/default/mergewatchd $(DESTDIR)$(SYSCONFDIR)/default/mergewatchd
 	install -D -m 0644 -t $(DESTDIR)$(RULESDIR) deploy/prometheus/*.yml
@@ -195,7 +196,8 @@ install: all
 		systemctl daemon-reload; echo 'installed: systemctl enable --now mergewatchd'; fi
 
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/sbin/mergewatchd $(DESTDIR)$(UNITDIR)/mergewatchd.service
+	rm -f $(DESTDIR)$(PREFIX)/sbin/mergewatchd $(DESTDIR)$(UNITDIR)/mergewatchd.service \
+		$(DESTDIR)$(UNITDIR)/mergewatchd.socket
 	rm -rf $(DESTDIR)$(RULESDIR)
 	@echo 'left $(SYSCONFDIR)/default/mergewatchd in place (your flags)'
 
