@@ -169,7 +169,8 @@ std::unique_ptr<HttpServer> HttpServer::Start(const std::vector<int>& listen_fds
                                               ScrapeHandler scrape, std::string* error) {
   std::unique_ptr<HttpServer> server(new HttpServer(options, std::move(scrape)));
   const HttpOptions& o = server->options_;
-  unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
+  // MHD_USE_ITC: MHD_quiesce_daemon needs it (see ~HttpServer).
+  unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG | MHD_USE_ITC;
   if (o.web.tls()) flags |= MHD_USE_TLS;
   size_t next_fd = 0;
   for (; next_fd < listen_fds.size(); ++next_fd) {
@@ -216,9 +217,15 @@ HttpServer::~HttpServer() {
   }
   reaper_wake_.notify_all();
   if (reaper_.joinable()) reaper_.join();
-  // MHD_stop_daemon joins its threads (no handler runs after it returns) and closes the
-  // listening socket and every connection.
-  for (MHD_Daemon* daemon : daemons_) MHD_stop_daemon(daemon);
+  for (MHD_Daemon* daemon : daemons_) {
+    // Take the listening socket back first: MHD_stop_daemon would shutdown() it, and a socket
+    // systemd passed is shared with the .socket unit, which then fails ("Got POLLHUP on a
+    // listening socket", measured under systemd 252). Closing our descriptor leaves systemd's.
+    const MHD_socket listen_fd = MHD_quiesce_daemon(daemon);
+    if (listen_fd != MHD_INVALID_SOCKET) close(listen_fd);
+    // Joins its threads (no handler runs after it returns) and closes every connection.
+    MHD_stop_daemon(daemon);
+  }
 }
 
 void HttpServer::ReapLoop() {

@@ -144,35 +144,47 @@ def test_ipv6_loopback_serves(daemon_factory):
 
 
 @pytest.mark.privileged
-def test_socket_activation_takes_the_socket_from_systemd(tmp_path):
-    """systemd-socket-activate binds the port and passes it as fd 3 with LISTEN_FDS/LISTEN_PID, as
-    mergewatchd.socket does; without those variables --web.systemd-socket is a listen error."""
-    activate = shutil.which("systemd-socket-activate")
-    assert activate, "systemd-socket-activate missing (Debian package systemd)"
+def test_socket_activation_takes_the_socket_and_leaves_it_listening(tmp_path):
+    """As systemd does for mergewatchd.socket: a listening socket as fd 3, LISTEN_FDS=1 and LISTEN_PID=the
+    daemon. It serves on that socket (not on --web.listen-address), and when it stops, the socket, which the
+    .socket unit keeps, still listens: a shutdown() on it would fail the unit. Without the variables,
+    --web.systemd-socket is a listen error."""
     r = subprocess.run([DAEMON, "--web.systemd-socket"], capture_output=True, text=True, timeout=30)
     assert r.returncode == EXIT_LISTEN and "LISTEN_FDS is not set" in r.stderr, r.stderr
-    port = free_port()
+    listener = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    listener.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    listener.bind(("::", 0))
+    listener.listen(64)
+    port = listener.getsockname()[1]
     log = tmp_path / "daemon.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen([activate, "-l", f"127.0.0.1:{port}", DAEMON, "--web.systemd-socket",
-                                 "--web.listen-address=127.0.0.1:1"], stdout=out, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 30
-        body = None
-        while body is None and time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
-                    body = resp.read()
-            except OSError:
-                time.sleep(0.2)
-        assert body and b"mergewatch_build_info" in body, log.read_text()
-        while f"listening on 127.0.0.1:{port}" not in log.read_text() and time.monotonic() < deadline:
-            time.sleep(0.1)  # the line follows the server's start; the first scrape may win the race
-        assert f"listening on 127.0.0.1:{port}" in log.read_text()
+        with open(log, "w") as out:
+            # sh's $$ is the PID the daemon keeps after exec: LISTEN_PID must name the daemon itself.
+            proc = subprocess.Popen(["sh", "-c", 'LISTEN_PID=$$ LISTEN_FDS=1 exec "$0" "$@"', DAEMON,
+                                     "--web.systemd-socket", "--web.listen-address=127.0.0.1:1"],
+                                    stdout=out, stderr=subprocess.STDOUT, pass_fds=(3,),
+                                    preexec_fn=lambda: os.dup2(listener.fileno(), 3))
+        try:
+            deadline = time.monotonic() + 30
+            while 'msg="ready:' not in log.read_text():
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.1)
+            assert f"listening on [::]:{port}" in log.read_text()
+            for host in ("127.0.0.1", "[::1]"):
+                with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as resp:
+                    assert b"mergewatch_build_info" in resp.read()
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+        assert proc.returncode == 0, log.read_text()
+        # Still listening: a connection is queued in the backlog, as systemd would hold it for the next start.
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass
+        listener.setblocking(False)
+        conn, _ = listener.accept()
+        conn.close()
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=30)
-    assert proc.returncode == 0, log.read_text()
+        listener.close()
 
 
 def odd_name_tree(tmp_path):

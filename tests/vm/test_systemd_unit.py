@@ -315,6 +315,11 @@ def test_socket_activation_starts_the_service_on_the_first_connection(res):
     expect("listening on [::]:9863" in log, "the daemon did not report serving on the systemd socket")
     expect(res.get("sock_stop_rc") == "0" and res.get("bpftool_after_socket_stop_programs") == "0",
            f"stop rc {res.get('sock_stop_rc')}, programs left {res.get('bpftool_after_socket_stop_programs')}")
+    # The daemon must leave systemd's listening socket alone when it stops: a shutdown() on it fails the
+    # .socket unit ("Got POLLHUP on a listening socket", result 'resources').
+    expect(res.get("sock_socket_after_service_stop") == "active" and res.get("sock_active_after_stop") == "inactive",
+           f"mergewatchd.socket after stopping the service: {res.get('sock_socket_after_service_stop')}, "
+           f"after stopping itself: {res.get('sock_active_after_stop')}")
     print(f"socket activation: first scrape answered {res.get('sock_first_scrape_seconds')} s after connect")
 
 

@@ -216,8 +216,11 @@ socket_activation_and_odd_dm_name() {
 	DM_DISABLE_UDEV=1 dmsetup --manglename none remove "$name"
 	res odd_dm_remove_rc "$?"
 
-	timeout 60 systemctl stop "$unit" "$sock"; rc=$?
-	res sock_stop_rc "$rc"
+	# The service alone first: the socket must go on listening for the next start.
+	timeout 60 systemctl stop "$unit"; rc=$?
+	res sock_socket_after_service_stop "$(systemctl is-active "$sock")"
+	timeout 60 systemctl stop "$sock"
+	res sock_stop_rc "$((rc + $?))"
 	res sock_active_after_stop "$(systemctl is-active "$sock")"
 	bpf_snapshot after-socket-stop
 	res bpftool_after_socket_stop_programs "$(mw_progs after-socket-stop)"
