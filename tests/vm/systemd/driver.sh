@@ -209,8 +209,11 @@ socket_activation_and_odd_dm_name() {
 	res odd_dm_device "$dm"
 	# SIGHUP rescans sysfs at once (else within --topology.refresh-interval).
 	systemctl kill --kill-who=main -s HUP "$unit"
-	sleep 2
-	curl -sS --max-time 10 "$url" > "$out/metrics-odd-dm.prom" 2>> "$out/guest.log"; rc=$?
+	for _ in $(seq 1 40); do
+		curl -sS --max-time 10 "$url" > "$out/metrics-odd-dm.prom" 2>> "$out/guest.log"; rc=$?
+		[ -n "$dm" ] && grep -qF "device=\"$dm\"" "$out/metrics-odd-dm.prom" && break
+		sleep 0.5
+	done
 	res odd_dm_scrape_rc "$rc"
 	check odd_dm_scrape eval '[ -n "$dm" ] && grep -qF "device=\"$dm\",kind=\"dm\"" "$out/metrics-odd-dm.prom"'
 	DM_DISABLE_UDEV=1 dmsetup --manglename none remove "$name"
