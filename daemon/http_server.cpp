@@ -114,17 +114,19 @@ struct HttpCallbacks {
   static MHD_Result Access(void* cls, MHD_Connection* connection, const char* url, const char* method, const char*,
                            const char*, size_t* upload_size, void** request_state) {
     auto* server = static_cast<HttpServer*>(cls);
-    if (*request_state == nullptr) {  // headers complete: from here on the response is never cut
+    if (*request_state == nullptr) {  // headers complete
       *request_state = server;
-      if (HttpServer::Conn* conn = ConnOf(connection)) {
-        std::lock_guard<std::mutex> lock(server->conns_mutex_);
-        conn->in_request = true;
-      }
       return MHD_YES;
     }
-    if (*upload_size != 0) {  // a body nobody asked for: drop it, answer when it is done
+    // A body nobody asked for: dropped, and the deadline still runs (a body trickled in a byte at a
+    // time must not hold the connection), so only the answer below is exempt from it.
+    if (*upload_size != 0) {
       *upload_size = 0;
       return MHD_YES;
+    }
+    if (HttpServer::Conn* conn = ConnOf(connection)) {
+      std::lock_guard<std::mutex> lock(server->conns_mutex_);
+      conn->in_request = true;
     }
     return static_cast<MHD_Result>(server->Handle(connection, url, method, request_state));
   }

@@ -44,22 +44,27 @@ def promtool_check(text, tmp_path):
 def test_idle_and_trickling_clients_do_not_delay_scrapes(daemon):
     """1000 idle connections and 50 clients sending one byte a second are held open (reopened when the server
     closes them) while a scraper scrapes every second for 30 s: every scrape answers within 1 s, the daemon's
-    threads and memory stay bounded, and every trickling client is cut off by the request timeout."""
+    threads and memory stay bounded, and every trickling client is cut off by the request timeout. Ten of the
+    fifty send complete POST headers at once and trickle the body: the deadline covers bodies too."""
     pid = daemon.proc.pid
     threads_start, rss_start = proc_status(pid)
     sel = selectors.DefaultSelector()
     request = b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nUser-Agent: trickle\r\n\r\n"
+    body_headers = b"POST /metrics HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100000\r\n\r\n"
 
     def connect(kind):
         s = socket.create_connection(("127.0.0.1", daemon.port), timeout=10)
+        if kind == "slow-body":
+            s.sendall(body_headers)
         s.setblocking(False)
         state = {"kind": kind, "opened": time.monotonic(), "sent": 0}
         sel.register(s, selectors.EVENT_READ, state)
         return s
 
     idle = [connect("idle") for _ in range(1000)]
-    slow = [connect("slow") for _ in range(50)]
+    slow = [connect("slow-body" if i % 5 == 0 else "slow") for i in range(50)]
     cut_after = []          # seconds from connect to the server's close, per trickling client
+    cut_kinds = set()
     idle_reopened = 0
     scrapes, failures, peak = [], [], {"threads": threads_start, "rss": rss_start}
     deadline = time.monotonic() + 30
@@ -84,7 +89,7 @@ def test_idle_and_trickling_clients_do_not_delay_scrapes(daemon):
             for s in list(slow):  # one byte each second; a client cut off is replaced by a new one
                 state = sel.get_key(s).data
                 try:
-                    s.send(request[state["sent"] % len(request):][:1])
+                    s.send(b"x" if state["kind"] == "slow-body" else request[state["sent"] % len(request):][:1])
                     state["sent"] += 1
                 except OSError:
                     pass  # closed by the server: seen as EOF below
@@ -99,10 +104,11 @@ def test_idle_and_trickling_clients_do_not_delay_scrapes(daemon):
                         continue
                     sel.unregister(s)
                     s.close()
-                    if state["kind"] == "slow":
+                    if state["kind"].startswith("slow"):
                         cut_after.append(time.monotonic() - state["opened"])
+                        cut_kinds.add(state["kind"])
                         slow.remove(s)
-                        slow.append(connect("slow"))
+                        slow.append(connect(state["kind"]))
                     else:
                         idle.remove(s)
                         idle.append(connect("idle"))
@@ -124,7 +130,7 @@ def test_idle_and_trickling_clients_do_not_delay_scrapes(daemon):
     # 1050 connections of at most 16 KiB of headers each would be 17 MiB; they use far less.
     assert peak["rss"] - rss_start < 24 * 1024, (rss_start, peak["rss"])
     # Each of the 50 first trickling clients was cut: not before the timeout, and well before the 30 s ended.
-    assert len(cut_after) >= 50, cut_after
+    assert len(cut_after) >= 50 and cut_kinds == {"slow", "slow-body"}, (cut_after, cut_kinds)
     assert min(cut_after) >= REQUEST_TIMEOUT_S - 0.5, sorted(cut_after)[:5]
     assert sorted(cut_after)[49] < 30, sorted(cut_after)
     assert idle_reopened >= 1000, "idle connections are closed after the request timeout too"
