@@ -462,3 +462,50 @@ def test_web_config_tls_and_basic_auth(workdir, processes, web_tls):
     r = run(["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", f"http://127.0.0.1:{port}/metrics"])
     assert r.returncode != 0 and r.stdout == "000", (r.returncode, r.stdout, r.stderr)
     assert daemon.proc.poll() is None
+
+
+def test_client_certificates_are_required_and_verified(workdir, processes, web_tls):
+    """client_auth_type RequireAndVerifyClientCert with client_ca_file: a client certificate signed by that CA gets
+    the metrics; none, or one from another CA, gets 403. Certificates made here with openssl."""
+    tls = os.path.join(web_tls.dir, "tls")
+
+    def openssl(*args):
+        r = run(["openssl", *args])
+        assert r.returncode == 0, r.stderr
+
+    def ca(name):
+        openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
+                "-subj", f"/CN={name}", "-keyout", f"{tls}/{name}.key", "-out", f"{tls}/{name}.crt")
+
+    def client(name, signer):
+        openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-subj", f"/CN={name}",
+                "-keyout", f"{tls}/{name}.key", "-out", f"{tls}/{name}.csr")
+        openssl("x509", "-req", "-in", f"{tls}/{name}.csr", "-CA", f"{tls}/{signer}.crt", "-CAkey",
+                f"{tls}/{signer}.key", "-CAcreateserial", "-days", "2", "-out", f"{tls}/{name}.crt")
+
+    ca("clients-ca")
+    ca("other-ca")
+    client("prometheus-client", "clients-ca")
+    client("stranger", "other-ca")
+    with open(web_tls.config) as f:
+        text = f.read()
+    text = text.replace("  # client_auth_type: RequireAndVerifyClientCert\n  # client_ca_file: tls/clients-ca.crt\n",
+                        "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: tls/clients-ca.crt\n")
+    assert "\n  client_ca_file: tls/clients-ca.crt" in text, "the example's commented client CA lines changed"
+    with open(web_tls.config, "w") as f:
+        f.write(text)
+    r = run([tool("promtool"), "check", "web-config", web_tls.config])
+    assert r.returncode == 0, r.stdout + r.stderr
+
+    daemon, port = start_daemon(processes, f"--web.config.file={web_tls.config}")
+    url = f"https://127.0.0.1:{port}/metrics"
+
+    def curl(*cert):
+        r = run(["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "--cacert", web_tls.cert,
+                 "-u", f"{web_tls.USER}:{web_tls.password}", *cert, url])
+        return r.stdout
+
+    assert curl("--cert", f"{tls}/prometheus-client.crt", "--key", f"{tls}/prometheus-client.key") == "200"
+    assert curl() == "403"
+    assert curl("--cert", f"{tls}/stranger.crt", "--key", f"{tls}/stranger.key") == "403"
+    assert daemon.proc.poll() is None
