@@ -194,10 +194,11 @@ std::unique_ptr<HttpServer> HttpServer::Start(const std::vector<int>& listen_fds
         items.push_back({MHD_OPTION_HTTPS_MEM_TRUST, 0, const_cast<char*>(o.secrets.client_ca_pem.c_str())});
     }
     items.push_back({MHD_OPTION_END, 0, nullptr});
+    const std::string name = SocketName(listen_fds[next_fd]);  // a failed start may close the socket
     MHD_Daemon* daemon = MHD_start_daemon(flags, 0, nullptr, nullptr, &HttpCallbacks::Access, server.get(),
                                           MHD_OPTION_ARRAY, items.data(), MHD_OPTION_END);
     if (daemon == nullptr) {
-      *error = "cannot start the HTTP server on " + SocketName(listen_fds[next_fd]) +
+      *error = "cannot start the HTTP server on " + name +
                (o.web.tls() ? " (is the certificate or key in the web config malformed, or do they not match?)"
                             : "");
       break;
@@ -205,7 +206,8 @@ std::unique_ptr<HttpServer> HttpServer::Start(const std::vector<int>& listen_fds
     server->daemons_.push_back(daemon);
   }
   if (server->daemons_.size() != listen_fds.size()) {
-    for (size_t i = next_fd; i < listen_fds.size(); ++i) close(listen_fds[i]);  // not handed over
+    // The failed one is libmicrohttpd's to close (it does); the ones after it were never handed over.
+    for (size_t i = next_fd + 1; i < listen_fds.size(); ++i) close(listen_fds[i]);
     return nullptr;  // the destructor stops the daemons that did start
   }
   server->reaper_ = std::thread([s = server.get()] { s->ReapLoop(); });

@@ -55,6 +55,34 @@ bool ConstantTimeEqual(const std::string& a, const std::string& b) {
 // A valid bcrypt hash of nothing anyone knows, for unknown users (cost 10, like htpasswd -B).
 constexpr char kDummyHash[] = "$2b$10$1zX7PKoFQz4PGZNr7ZZy0uzewTCTteSDg8IukNQ.b7uiSVBdCsUk6";
 
+gnutls_datum_t Datum(const std::string& pem) {
+  return gnutls_datum_t{reinterpret_cast<unsigned char*>(const_cast<char*>(pem.data())),
+                        static_cast<unsigned>(pem.size())};
+}
+
+bool CheckPem(const WebConfig& config, const WebSecrets& secrets, std::string* error) {
+  gnutls_certificate_credentials_t credentials = nullptr;
+  if (gnutls_certificate_allocate_credentials(&credentials) != GNUTLS_E_SUCCESS) {
+    *error = "GnuTLS: cannot allocate credentials";
+    return false;
+  }
+  std::string problem;
+  const gnutls_datum_t cert = Datum(secrets.cert_pem), key = Datum(secrets.key_pem);
+  int rc = gnutls_certificate_set_x509_key_mem(credentials, &cert, &key, GNUTLS_X509_FMT_PEM);
+  if (rc < 0) {
+    problem = config.cert_file + ", " + config.key_file + ": not a matching PEM certificate and key (" +
+              gnutls_strerror(rc) + ")";
+  } else if (!secrets.client_ca_pem.empty()) {
+    const gnutls_datum_t ca = Datum(secrets.client_ca_pem);
+    rc = gnutls_certificate_set_x509_trust_mem(credentials, &ca, GNUTLS_X509_FMT_PEM);
+    if (rc <= 0) problem = config.client_ca_file + ": no usable PEM certificate in it";
+  }
+  gnutls_certificate_free_credentials(credentials);
+  if (problem.empty()) return true;
+  *error = problem;
+  return false;
+}
+
 }  // namespace
 
 bool ParseWebConfig(const std::string& yaml, const std::string& base_dir, WebConfig* config, std::string* error) {
@@ -154,10 +182,14 @@ bool LoadWebConfig(const std::string& path, WebConfig* config, WebSecrets* secre
     return false;
   }
   if (config->tls()) {
-    if (!ReadFile(config->cert_file, &secrets->cert_pem, error) || !ReadFile(config->key_file, &secrets->key_pem, error))
+    if (!ReadFile(config->cert_file, &secrets->cert_pem, error) ||
+        !ReadFile(config->key_file, &secrets->key_pem, error))
       return false;
     if (!config->client_ca_file.empty() && !ReadFile(config->client_ca_file, &secrets->client_ca_pem, error))
       return false;
+    // Loaded here once, to say which file is wrong and why before any BPF work; libmicrohttpd
+    // loads them again itself and only reports that it failed.
+    if (!CheckPem(*config, *secrets, error)) return false;
   }
   return true;
 }

@@ -5,6 +5,8 @@
 
 #include <charconv>
 #include <cmath>
+#include <fstream>
+#include <unistd.h>
 #include <cstdlib>
 #include <regex>
 #include <set>
@@ -170,6 +172,25 @@ TEST(WebConfig, RefusesWhatItCannotHonour) {
     EXPECT_FALSE(ParseWebConfig(yaml, "/", &c, &error)) << yaml;
     EXPECT_NE(error.find(expected), std::string::npos) << yaml << " -> " << error;
   }
+}
+
+TEST(WebConfig, LoadSaysWhichFileIsWrongBeforeAnyServerStarts) {
+  const std::string dir = testing::TempDir() + "/webcfg-" + std::to_string(getpid());
+  ASSERT_EQ(system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()), 0);
+  std::ofstream(dir + "/web.yml") << "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n";
+  WebConfig c;
+  WebSecrets secrets;
+  std::string error;
+  EXPECT_FALSE(LoadWebConfig(dir + "/web.yml", &c, &secrets, &error));
+  EXPECT_EQ(error, "cannot read " + dir + "/server.crt");  // relative to the file's directory
+  std::ofstream(dir + "/server.crt") << "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n";
+  std::ofstream(dir + "/server.key") << "garbage\n";
+  c = WebConfig();
+  EXPECT_FALSE(LoadWebConfig(dir + "/web.yml", &c, &secrets, &error));
+  EXPECT_NE(error.find(dir + "/server.crt, " + dir + "/server.key: not a matching PEM certificate and key"),
+            std::string::npos)
+      << error;
+  ASSERT_EQ(system(("rm -rf " + dir).c_str()), 0);
 }
 
 TEST(BasicAuth, ChecksBcryptAndRemembersOnlySuccess) {
