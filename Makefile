@@ -20,15 +20,16 @@ ARCH := $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/' -e 's/pp
 
 # Debian packages, by what needs them. `make run`/`make all` install only RUN_PACKAGES (build the
 # daemon and run it); `make deps` (and so `make test`) installs all of them; `make deb` RUN and PACKAGING.
-# Run-time libraries (libbpf1, libprometheus-cpp-pull1.0, libcivetweb1, libelf1) come with the -dev packages.
+# Run-time libraries (libbpf1, libprometheus-cpp-core1.0, libmicrohttpd12, libgnutls30, libyaml-cpp0.7,
+# libcrypt1, libelf1) come with the -dev packages.
 RUN_PACKAGES := clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config g++ make \
-	prometheus-cpp-dev libcivetweb-dev libcli11-dev
+	prometheus-cpp-dev libmicrohttpd-dev libgnutls28-dev libyaml-cpp-dev libcrypt-dev libcli11-dev
 # The .deb (tests/vm installs it) and the generated monitoring mixin and man page checks.
 PACKAGING_PACKAGES := debhelper dpkg-dev fakeroot lintian jsonnet groff man-db
 TEST_PACKAGES := libgtest-dev \
 	fio curl util-linux python3 python3-pytest python3-prometheus-client prometheus \
 	qemu-system-x86 busybox-static kmod cpio lvm2 e2fsprogs iproute2 procps gzip \
-	prometheus-alertmanager systemd strace $(PACKAGING_PACKAGES)
+	prometheus-alertmanager systemd strace openssl python3-bcrypt $(PACKAGING_PACKAGES)
 DEB_PACKAGES := $(RUN_PACKAGES) $(TEST_PACKAGES)
 
 ifeq ($(V),1)
@@ -58,7 +59,7 @@ SKEL      := $(BUILD)/mergewatch.skel.h
 include mk/package.mk
 
 # pkg-config runs in the sub-make started after `deps`, when the packages are there.
-PKG_LIBS  = $(shell pkg-config --libs prometheus-cpp-pull libbpf) -lcivetweb-cpp -lcivetweb -lelf -lz -lpthread
+PKG_LIBS  = $(shell pkg-config --libs prometheus-cpp-core libbpf libmicrohttpd gnutls yaml-cpp libxcrypt) -lelf -lz -lpthread
 CXXFLAGS  ?= -O2 -g
 CXXFLAGS  += -std=c++17 -Wall -Wextra -Werror -MMD -MP
 CPPFLAGS  += -Iinclude -Idaemon -I$(BUILD) -DMERGEWATCH_VERSION='"$(VERSION)"' \
@@ -84,7 +85,7 @@ help:
 	@echo '  make test-unit       GoogleTest unit tests only (no root needed)'
 	@echo '  make test-sanitize   unit tests under ASan+UBSan+LeakSanitizer (g++, objects in $(BUILD)/asan/)'
 	@echo '  make test-fuzz       libFuzzer on the sysfs topology reader, 30 s (FUZZ_TIME=); clang++, $(BUILD)/fuzz/'
-	@echo '  make test-privileged tests on real tracepoints and loop devices (root)'
+	@echo '  make test-privileged tests on real tracepoints and loop devices (root); builds an ASan daemon too'
 	@echo '  make test-deploy     systemd unit (verify, security, sandbox), Prometheus rules, alert path end to end'
 	@echo '  make test-vm         qemu VM, Debian 6.1 (root): the 2019 incident (NVMe, LVM snapshot), the unit under systemd, the .deb (built first) installed and purged with apt'
 	@echo '  make bench           overhead next to bpftrace and biolatency (BENCH_QUICK=1, BENCH_SECONDS=, BENCH_REPEATS=); see BENCHMARKS.md'
@@ -147,7 +148,7 @@ test-unit: $(UNIT_BIN)
 # As root on a machine with BTF none of these may skip: MERGEWATCH_NO_SKIP turns a skip into a failure.
 test-privileged: $(DAEMON)
 	@mkdir -p $(REPORTS)
-	MERGEWATCHD=$(CURDIR)/$(DAEMON) MERGEWATCH_NO_SKIP=$$( [ "$$(id -u)" = 0 ] && echo 1 || echo 0 ) \
+	MERGEWATCHD=$(CURDIR)/$(DAEMON) MERGEWATCHD_ASAN=$(CURDIR)/$(ASAN_DAEMON) MERGEWATCH_NO_SKIP=$$( [ "$$(id -u)" = 0 ] && echo 1 || echo 0 ) \
 		$(PYTHON) -m pytest -v -rs -p no:cacheprovider --junitxml=$(REPORTS)/privileged.xml tests/integration
 
 # The shipped deploy/ files against the real tools: systemd-analyze, promtool, Prometheus, Alertmanager.
@@ -213,6 +214,7 @@ install: all
 	install -d $(DESTDIR)$(UNITDIR)
 	sed -e 's|@SBINDIR@|$(PREFIX)/sbin|g' -e 's|@DOCDIR@|$(DOCDIR)|g' deploy/systemd/mergewatchd.service.in > $(DESTDIR)$(UNITDIR)/mergewatchd.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/mergewatchd.service
+	install -m 0644 deploy/systemd/mergewatchd.socket $(DESTDIR)$(UNITDIR)/mergewatchd.socket
 	[ -e $(DESTDIR)$(SYSCONFDIR)/default/mergewatchd ] || \
 		install -D -m 0644 deploy/default/mergewatchd $(DESTDIR)$(SYSCONFDIR)/default/mergewatchd
 	install -D -m 0644 -t $(DESTDIR)$(RULESDIR) deploy/prometheus/*.yml
@@ -220,13 +222,15 @@ install: all
 	install -D -m 0644 -t $(DESTDIR)$(DATADIR)/grafana deploy/grafana/*.json
 	install -D -m 0644 -t $(DESTDIR)$(DATADIR)/mixin deploy/mixin/*.libsonnet deploy/mixin/*.jsonnet
 	install -D -m 0644 -t $(DESTDIR)$(DATADIR)/systemd deploy/systemd/examples/*.conf
+	install -D -m 0644 deploy/web-config.example.yml $(DESTDIR)$(DATADIR)/web-config.example.yml
 	install -D -m 0644 docs/mergewatchd.8 $(DESTDIR)$(MANDIR)/man8/mergewatchd.8
 	install -D -m 0644 -t $(DESTDIR)$(DOCDIR) README.md docs/runbook.md
 	@if [ -z "$(DESTDIR)" ] && command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then \
 		systemctl daemon-reload; echo 'installed: systemctl enable --now mergewatchd'; fi
 
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/sbin/mergewatchd $(DESTDIR)$(UNITDIR)/mergewatchd.service
+	rm -f $(DESTDIR)$(PREFIX)/sbin/mergewatchd $(DESTDIR)$(UNITDIR)/mergewatchd.service \
+		$(DESTDIR)$(UNITDIR)/mergewatchd.socket
 	rm -f $(DESTDIR)$(MANDIR)/man8/mergewatchd.8
 	rm -rf $(DESTDIR)$(DOCDIR)
 	rm -rf $(DESTDIR)$(DATADIR)

@@ -243,6 +243,20 @@ BpfProbes::~BpfProbes() {
   mergewatch_bpf__destroy(skel_);
 }
 
+std::vector<ProgramCost> BpfProbes::ProgramCosts() const {
+  std::vector<ProgramCost> costs;
+  struct bpf_program* prog = nullptr;
+  bpf_object__for_each_program(prog, skel_->obj) {
+    if (!bpf_program__autoload(prog)) continue;
+    auto [mode, tracepoint] = SplitSection(bpf_program__section_name(prog));
+    bpf_prog_info info{};
+    uint32_t length = sizeof(info);
+    if (bpf_obj_get_info_by_fd(bpf_program__fd(prog), &info, &length) != 0) continue;
+    costs.push_back(ProgramCost{tracepoint, mode, info.run_time_ns, info.run_cnt});
+  }
+  return costs;
+}
+
 size_t BpfProbes::attached_count() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return links_.size() + (bio_queue_link_ != nullptr ? 1 : 0);

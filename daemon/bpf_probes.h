@@ -36,6 +36,15 @@ struct TracepointLayout {
   std::vector<std::string> missing;  // tracepoints the kernel does not have
 };
 
+// What one loaded program has cost so far (struct bpf_prog_info). The kernel counts only
+// while kernel.bpf_stats_enabled=1 (it adds two clock reads per run, so it is off by default).
+struct ProgramCost {
+  std::string tracepoint;
+  std::string mode;
+  uint64_t run_time_ns = 0;
+  uint64_t run_count = 0;
+};
+
 // log2 of the in-flight table's size: --bpf.inflight-entries rounded up to a power of two.
 uint32_t InflightSlotBits(uint32_t entries);
 
@@ -56,6 +65,8 @@ class BpfProbes final : public SnapshotSource {
   // devices stacked on others: attached only while one exists. Returns true on a change.
   bool SetBioQueueTracing(bool wanted);
   std::string mode() const { return mode_; }
+  // Every loaded program, attached or not; thread-safe.
+  std::vector<ProgramCost> ProgramCosts() const;
   size_t attached_count() const;
 
  private:

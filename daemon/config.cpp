@@ -6,6 +6,7 @@
 #include <regex>
 
 #include "exit_codes.h"
+#include "listen.h"
 
 #ifndef MERGEWATCH_VERSION
 #define MERGEWATCH_VERSION "0.0.0-dev"
@@ -14,30 +15,6 @@
 namespace mergewatch {
 
 std::string VersionString() { return MERGEWATCH_VERSION; }
-
-bool NormalizeListenAddress(const std::string& address, std::string* civet_port, std::string* error) {
-  size_t colon = address.rfind(':');
-  if (colon == std::string::npos) {
-    *error = "expected host:port (e.g. :9863 or 127.0.0.1:9863), got \"" + address + "\"";
-    return false;
-  }
-  std::string host = address.substr(0, colon);
-  std::string port = address.substr(colon + 1);
-  if (port.empty() || port.find_first_not_of("0123456789") != std::string::npos || port.size() > 5 ||
-      std::stoul(port) > 65535) {
-    *error = "port must be a number from 0 to 65535, got \"" + port + "\"";
-    return false;
-  }
-  if (host.empty()) host = "0.0.0.0";
-  if (host == "localhost") host = "127.0.0.1";
-  in_addr parsed{};
-  if (inet_pton(AF_INET, host.c_str(), &parsed) != 1) {
-    *error = "host must be an IPv4 address (this HTTP server has no IPv6 or name lookup), got \"" + host + "\"";
-    return false;
-  }
-  *civet_port = host + ":" + port;
-  return true;
-}
 
 namespace {
 
@@ -62,9 +39,17 @@ ParseResult ParseFlags(int argc, const char* const* argv) {
   app.get_formatter()->column_width(34);
   std::string log_level = "info";
   bool show_version = false;
-  app.add_option("--web.listen-address", config.listen_address,
-                 "Address to serve metrics on, host:port (IPv4)")
+  app.add_option("--web.listen-address", config.listen_addresses,
+                 "Address to serve metrics on, host:port: :9863 (every interface), 127.0.0.1:9863, [::1]:9863; "
+                 "repeat for several")
+      ->default_str(":9863");
+  app.add_option("--web.config.file", config.web_config_file,
+                 "Web config file (exporter-toolkit format) for TLS and basic auth; empty: plain HTTP, no auth")
       ->capture_default_str();
+  app.add_flag("--web.systemd-socket", config.systemd_socket,
+               "Use the sockets systemd passes (socket activation) instead of --web.listen-address");
+  app.add_flag("--web.disable-exporter-metrics", config.disable_exporter_metrics,
+               "Leave out the exporter's own metrics (process_*, mergewatch_bpf_program_run*)");
   app.add_option("--web.telemetry-path", config.telemetry_path, "Path under which to expose metrics")
       ->capture_default_str();
   app.add_option("--path.sysfs", config.sysfs_root, "sysfs mount point, for device names and topology")
@@ -121,6 +106,7 @@ ParseResult ParseFlags(int argc, const char* const* argv) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--version", show_version, "Print the version and exit");
+  app.add_option("--debug.fail-after-ticks", config.fail_after_ticks)->group("");  // tests only, not in --help
 
   try {
     app.parse(argc, argv);
@@ -136,11 +122,12 @@ ParseResult ParseFlags(int argc, const char* const* argv) {
     result.output = "mergewatchd " + VersionString() + "\n";
     return result;
   }
-  std::string error, unused;
+  std::string error;
+  ListenAddress unused;
   if (!ParseLogLevel(log_level, &config.log_level)) {
     error = "--log.level must be one of debug, info, warn, error, got \"" + log_level + "\"";
-  } else if (!NormalizeListenAddress(config.listen_address, &unused, &error)) {
-    error = "--web.listen-address: " + error;
+  } else if (config.listen_addresses.empty() && !config.systemd_socket) {
+    error = "--web.listen-address: at least one address is needed";
   } else if (!ParseDuration(refresh, &config.topology_refresh) || config.topology_refresh.count() <= 0) {
     error = "--topology.refresh-interval must be a duration like 5s or 500ms, got \"" + refresh + "\"";
   } else if (!ParseUpperRequirement(require_upper, &policy.require_upper)) {
@@ -155,6 +142,10 @@ ParseResult ParseFlags(int argc, const char* const* argv) {
     error = "--collapse.lower-devices is not a valid extended regular expression: \"" + policy.lower_devices + "\"";
   } else if (config.telemetry_path.empty() || config.telemetry_path[0] != '/' || config.telemetry_path == "/") {
     error = "--web.telemetry-path must start with / and not be / itself, got \"" + config.telemetry_path + "\"";
+  }
+  for (const std::string& address : config.listen_addresses) {
+    if (!error.empty()) break;
+    if (!ParseListenAddress(address, &unused, &error)) error = "--web.listen-address: " + error;
   }
   if (!error.empty()) {
     result.exit_code = kExitUsage;

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <linux/types.h>
 
@@ -13,7 +14,11 @@
 namespace mergewatch {
 
 struct Config {
-  std::string listen_address = ":9863";  // host:port; empty host = all IPv4 interfaces
+  // host:port each (listen.h); ":9863" is every interface, IPv6 and IPv4.
+  std::vector<std::string> listen_addresses = {":9863"};
+  std::string web_config_file;     // exporter-toolkit web config: TLS, basic auth (web_config.h)
+  bool systemd_socket = false;     // accept on the sockets systemd passes instead of listen_addresses
+  bool disable_exporter_metrics = false;  // no process_* and BPF program cost families
   std::string telemetry_path = "/metrics";
   std::string sysfs_root = "/sys";
   std::string btf_path = "/sys/kernel/btf/vmlinux";
@@ -22,6 +27,9 @@ struct Config {
   std::string program_type = "auto";  // auto (tp_btf, else raw_tp), tp_btf or raw_tp
   Duration topology_refresh = std::chrono::seconds(5);
   CollapsePolicy collapse;
+  // Tests only (hidden flag): the main loop returns an error after this many ticks, so the
+  // error exit path runs with scrapes in flight.
+  uint32_t fail_after_ticks = 0;
 };
 
 // Outcome of parsing: run with `config`, or exit with `exit_code` after printing
@@ -34,10 +42,6 @@ struct ParseResult {
 };
 
 ParseResult ParseFlags(int argc, const char* const* argv);
-
-// "host:port" -> civetweb's listening_ports value ("0.0.0.0:9863" for ":9863").
-// Returns false with a reason for anything civetweb would misread (IPv6 is not built in).
-bool NormalizeListenAddress(const std::string& address, std::string* civet_port, std::string* error);
 
 std::string VersionString();
 

@@ -1,9 +1,9 @@
 #include "daemon.h"
 
-#include <CivetServer.h>
-#include <prometheus/exposer.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/utsname.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
@@ -17,56 +17,17 @@
 #include "device_namer.h"
 #include "exit_codes.h"
 #include "exporter.h"
+#include "http_server.h"
+#include "exposition.h"
+#include "listen.h"
 #include "log.h"
+#include "self_metrics.h"
 #include "sd_notify.h"
 #include "state_metrics.h"
 #include "topology.h"
 
 namespace mergewatch {
 namespace {
-
-// civetweb callbacks are plain function pointers with no user data of ours, so the
-// HTTP front door's settings live here; written once before the server starts.
-struct FrontDoor {
-  std::string telemetry_path;
-  std::string landing_page;
-  std::mutex bind_error_mutex;
-  std::string bind_error;
-};
-FrontDoor g_front_door;
-
-int ServeFrontDoor(struct mg_connection* conn) {
-  const struct mg_request_info* info = mg_get_request_info(conn);
-  std::string uri = info->local_uri != nullptr ? info->local_uri : "";
-  if (uri == g_front_door.telemetry_path) return 0;  // prometheus-cpp's handler
-  if (uri == "/") {
-    mg_printf(conn,
-              "HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: %zu\r\n"
-              "Connection: close\r\n\r\n%s",
-              g_front_door.landing_page.size(), g_front_door.landing_page.c_str());
-    return 200;
-  }
-  // Exact paths only: civetweb would otherwise prefix-match /metrics/anything.
-  static const char kNotFound[] = "404 page not found\n";
-  mg_printf(conn,
-            "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %zu\r\n"
-            "Connection: close\r\n\r\n%s",
-            sizeof(kNotFound) - 1, kNotFound);
-  return 404;
-}
-
-int RecordCivetLog(const struct mg_connection*, const char* message) {
-  std::lock_guard<std::mutex> lock(g_front_door.bind_error_mutex);
-  if (g_front_door.bind_error.empty()) g_front_door.bind_error = message;
-  LogDebug(std::string("civetweb: ") + message);
-  return 1;
-}
-
-std::string LandingPage(const std::string& telemetry_path) {
-  return "<!DOCTYPE html>\n<html><head><title>mergewatch</title></head><body>\n"
-         "<h1>mergewatch</h1>\n<p>Block I/O request sizes, latencies and merges from eBPF.</p>\n"
-         "<p><a href=\"" + telemetry_path + "\">Metrics</a></p>\n</body></html>\n";
-}
 
 std::string KernelRelease() {
   utsname u{};
@@ -204,39 +165,93 @@ void BlockDaemonSignals() {
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // A client that goes away mid-response must cost an EPIPE, not the process.
+  signal(SIGPIPE, SIG_IGN);
+}
+
+// Listening sockets not yet handed to the HTTP server: closed if startup fails first.
+class Listeners {
+ public:
+  ~Listeners() {
+    for (int fd : fds_) close(fd);
+  }
+  void Add(int fd) { fds_.push_back(fd); }
+  const std::vector<int>& fds() const { return fds_; }
+  std::vector<int> Release() { return std::move(fds_); }
+  std::string Names() const {
+    std::string names;
+    for (int fd : fds_) names += (names.empty() ? "" : ", ") + SocketName(fd);
+    return names;
+  }
+
+ private:
+  std::vector<int> fds_;
+};
+
+bool OpenListeners(const Config& config, Listeners* listeners, std::string* error) {
+  if (config.systemd_socket) {
+    for (int fd : SystemdListenFds(error)) listeners->Add(fd);
+    if (listeners->fds().empty()) *error = "the systemd sockets: " + *error;
+    return !listeners->fds().empty();
+  }
+  for (const std::string& text : config.listen_addresses) {
+    ListenAddress address;
+    if (!ParseListenAddress(text, &address, error)) return false;
+    const int fd = OpenListener(address, error);
+    if (fd < 0) {
+      *error = text + ": " + *error + " (is another mergewatchd or exporter using the port? pick another with "
+                                      "--web.listen-address)";
+      return false;
+    }
+    listeners->Add(fd);
+  }
+  return true;
+}
+
+// Each connection is a descriptor: the soft limit (1024 by default) would cap the server
+// far below its connection limit. The hard limit is the operator's (LimitNOFILE=).
+void RaiseFileLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  limit.rlim_cur = limit.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &limit) != 0) LogWarn(std::string("cannot raise RLIMIT_NOFILE: ") + strerror(errno));
+}
+
+// One scrape: every collector's families, label values made UTF-8, in the text format.
+std::string RenderScrape(const std::vector<std::shared_ptr<prometheus::Collectable>>& collectables) {
+  std::vector<prometheus::MetricFamily> families;
+  for (const auto& collectable : collectables) {
+    try {
+      for (prometheus::MetricFamily& f : collectable->Collect()) families.push_back(std::move(f));
+    } catch (const std::exception& e) {
+      LogError(std::string("scrape: a collector failed: ") + e.what());
+    }
+  }
+  return RenderExposition(std::move(families));
 }
 
 int RunDaemon(const Config& config) {
   SetLogLevel(config.log_level);
   LogInfo("starting mergewatchd " + VersionString() + " on kernel " + KernelRelease());
   SdNotify("STATUS=starting");
+  RaiseFileLimit();
 
-  std::string civet_port, error;
-  NormalizeListenAddress(config.listen_address, &civet_port, &error);
-  g_front_door.telemetry_path = config.telemetry_path;
-  g_front_door.landing_page = LandingPage(config.telemetry_path);
-  CivetCallbacks callbacks{};
-  callbacks.begin_request = ServeFrontDoor;
-  callbacks.log_message = RecordCivetLog;
+  std::string error;
+  HttpOptions http;
+  http.telemetry_path = config.telemetry_path;
+  if (!config.web_config_file.empty() &&
+      !LoadWebConfig(config.web_config_file, &http.web, &http.secrets, &error)) {
+    Fail("--web.config.file: " + error, kExitUsage);
+    return kExitUsage;
+  }
 
   // Listen first: a taken port is the cheapest failure to report, before any BPF work.
-  std::unique_ptr<prometheus::Exposer> exposer;
-  try {
-    exposer = std::make_unique<prometheus::Exposer>(
-        std::vector<std::string>{"listening_ports", civet_port, "num_threads", "4", "request_timeout_ms", "10000"},
-        &callbacks);
-  } catch (const std::exception& e) {
-    std::string detail;
-    {
-      std::lock_guard<std::mutex> lock(g_front_door.bind_error_mutex);
-      detail = g_front_door.bind_error.empty() ? e.what() : g_front_door.bind_error;
-    }
-    Fail("cannot listen on " + config.listen_address + ": " + detail +
-             " (is another mergewatchd or exporter using the port? pick another with --web.listen-address)",
-         kExitListen);
+  Listeners listeners;
+  if (!OpenListeners(config, &listeners, &error)) {
+    Fail("cannot listen on " + error, kExitListen);
     return kExitListen;
   }
-  LogInfo("listening on " + civet_port + ", metrics at " + config.telemetry_path);
+  const std::string listen_names = listeners.Names();
 
   SdNotify("STATUS=loading BPF programs");
   ProbeOptions options;
@@ -255,15 +270,30 @@ int RunDaemon(const Config& config) {
   DaemonStatus status{VersionString(), KernelRelease(), 1u << InflightSlotBits(config.inflight_entries)};
   auto collector = std::make_shared<MetricsCollector>(*probes, namer, status);
   auto state = std::make_shared<StateCollector>();
-  exposer->RegisterCollectable(collector, config.telemetry_path);
-  exposer->RegisterCollectable(state, config.telemetry_path);
+  std::vector<std::shared_ptr<prometheus::Collectable>> collectables = {collector, state};
+  if (!config.disable_exporter_metrics) {
+    BpfProbes* p = probes.get();
+    collectables.push_back(std::make_shared<SelfCollector>([p] { return p->ProgramCosts(); }));
+  }
 
   TopologyKeeper topology(config.sysfs_root, config.topology_refresh);
   TraceBioLevelWhereNeeded(*topology.current(), probes.get());
   CollapseDetector detector(config.collapse);
   state->Publish(topology.current(), detector.Verdicts());
 
-  std::string ready_status = "serving " + config.telemetry_path + " on " + civet_port + ", " +
+  // Declared after everything a scrape reads (probes, namer, collectors): on every way out of
+  // this function, return or exception, the server is destroyed first, and its destructor
+  // returns only once no scrape runs.
+  std::unique_ptr<HttpServer> server = HttpServer::Start(
+      listeners.Release(), http, [collectables] { return RenderScrape(collectables); }, &error);
+  if (!server) {
+    Fail(error, kExitListen);
+    return kExitListen;
+  }
+  LogInfo("listening on " + listen_names + (http.web.tls() ? " (TLS)" : "") +
+          (http.web.users.empty() ? "" : " (basic auth)") + ", metrics at " + config.telemetry_path);
+
+  std::string ready_status = "serving " + config.telemetry_path + " on " + listen_names + ", " +
                              std::to_string(probes->attached_count()) + " programs attached (" + probes->mode() +
                              ")";
   SdNotify("READY=1\nSTATUS=" + ready_status);
@@ -279,6 +309,7 @@ int RunDaemon(const Config& config) {
   sigaddset(&wait_set, SIGTERM);
   sigaddset(&wait_set, SIGHUP);
   int exit_signal = 0;
+  uint64_t ticks = 0;
   while (exit_signal == 0) {
     timespec timeout{tick_ms / 1000, (tick_ms % 1000) * 1000000L};
     int sig = sigtimedwait(&wait_set, nullptr, &timeout);
@@ -295,11 +326,16 @@ int RunDaemon(const Config& config) {
       return kExitFailure;
     }
     Tick(*probes, namer, &topology, &detector, state.get());
+    if (config.fail_after_ticks != 0 && ++ticks >= config.fail_after_ticks) {
+      LogError("--debug.fail-after-ticks=" + std::to_string(config.fail_after_ticks) + " reached: failing");
+      return kExitFailure;
+    }
   }
 
   LogInfo(std::string("received ") + strsignal(exit_signal) + ", shutting down");
   SdNotify("STOPPING=1\nSTATUS=stopping");
-  exposer.reset();  // no scrape can touch the maps past this point
+  server.reset();  // no scrape can touch the maps past this point
+  collectables.clear();
   collector.reset();
   state.reset();
   probes.reset();   // destroys every link: nothing of ours stays attached

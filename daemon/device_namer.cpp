@@ -1,6 +1,5 @@
 #include "device_namer.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -18,25 +17,22 @@ std::optional<std::string> ReadLink(const std::string& path) {
   return std::string(buf.data(), static_cast<size_t>(n));
 }
 
-// The disk's diskseq, 0 when the file is missing (kernels before 5.15) or unreadable.
-uint64_t ReadDiskseq(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  char buf[32];
-  ssize_t n = read(fd, buf, sizeof(buf) - 1);
-  close(fd);
-  if (n <= 0) return 0;
-  buf[n] = '\0';
-  return strtoull(buf, nullptr, 10);
+// The disk's diskseq, 0 when the file is missing (kernels before 5.15) or unreadable. Read
+// with the topology reader's defences: this runs under the scrape, and a FIFO or a symlink
+// out of the tree must not block or redirect it.
+uint64_t ReadDiskseq(const std::string& sysfs_root, const std::string& rel) {
+  const std::optional<std::string> text = ReadSysfsAttribute(sysfs_root, rel);
+  return text ? strtoull(text->c_str(), nullptr, 10) : 0;
 }
 
 }  // namespace
 
 std::optional<std::string> SysfsDeviceNamer::NameOf(uint32_t major, uint32_t minor, uint64_t diskseq) {
-  std::string link = sysfs_root_ + "/dev/block/" + std::to_string(major) + ":" + std::to_string(minor);
-  std::optional<std::string> target = ReadLink(link);
+  const std::string rel = "dev/block/" + std::to_string(major) + ":" + std::to_string(minor);
+  // readlink never opens its target: it cannot block.
+  std::optional<std::string> target = ReadLink(sysfs_root_ + "/" + rel);
   if (target && diskseq != 0) {
-    const uint64_t current = ReadDiskseq(link + "/diskseq");
+    const uint64_t current = ReadDiskseq(sysfs_root_, rel + "/diskseq");
     if (current != 0 && current != diskseq) return std::nullopt;
   }
   std::lock_guard<std::mutex> lock(mutex_);

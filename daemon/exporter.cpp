@@ -41,7 +41,7 @@ ClientMetric CounterValue(std::vector<ClientMetric::Label> labels, double value)
   return metric;
 }
 
-constexpr double kNanosecond = 1e-9;
+constexpr double kNanosecondsPerSecond = 1e9;
 
 const char* const kCounterNames[MW_CNT_MAX] = {"inflight_map_full", "device_map_full", "complete_without_issue",
                                                "request_without_disk", "origin_map_full"};
@@ -65,16 +65,16 @@ class ScrapeNames {
 }  // namespace
 
 ClientMetric::Histogram Log2Histogram(const __u64* slots, size_t slot_count, uint64_t sum, int min_shift,
-                                      double unit) {
+                                      double per_unit) {
   ClientMetric::Histogram histogram;
   uint64_t cumulative = 0;
   for (size_t i = 0; i + 1 < slot_count; ++i) {
     cumulative += slots[i];
-    histogram.bucket.push_back({cumulative, std::ldexp(1.0, min_shift + static_cast<int>(i)) * unit});
+    histogram.bucket.push_back({cumulative, std::ldexp(1.0, min_shift + static_cast<int>(i)) / per_unit});
   }
   // The serializer appends le="+Inf" = sample_count; it includes the overflow slot.
   histogram.sample_count = cumulative + slots[slot_count - 1];
-  histogram.sample_sum = static_cast<double>(sum) * unit;
+  histogram.sample_sum = static_cast<double>(sum) / per_unit;
   return histogram;
 }
 
@@ -127,12 +127,12 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
       m.histogram = Log2Histogram(stats.size_slots, MW_SIZE_SLOTS, stats.size_sum_bytes, MW_SIZE_MIN_SHIFT, 1.0);
       size.metric.push_back(m);
       m.histogram = Log2Histogram(stats.latency_slots, MW_LAT_SLOTS, stats.latency_sum_ns, MW_LAT_MIN_SHIFT,
-                                  kNanosecond);
+                                  kNanosecondsPerSecond);
       latency.metric.push_back(m);
       // Only requests that went through block_rq_insert have a queue time: with the none
       // scheduler that is almost none, and 30 empty series per device are not worth a scrape.
       m.histogram = Log2Histogram(stats.queue_latency_slots, MW_LAT_SLOTS, stats.queue_latency_sum_ns,
-                                  MW_LAT_MIN_SHIFT, kNanosecond);
+                                  MW_LAT_MIN_SHIFT, kNanosecondsPerSecond);
       if (m.histogram.sample_count > 0) queue_latency.metric.push_back(m);
       missed.metric.push_back(CounterValue(base, static_cast<double>(stats.missed_merges)));
     }

@@ -31,13 +31,15 @@ struct DaemonStatus {
 std::vector<prometheus::MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNamer& namer,
                                                           const DaemonStatus& status);
 
-// Histogram of power-of-two buckets: slot i has upper bound 2^(min_shift+i) * unit,
-// the last slot is the overflow that only +Inf covers.
+// Histogram of power-of-two buckets: slot i has upper bound 2^(min_shift+i) / per_unit (1e9
+// for nanoseconds -> seconds), the last slot is the overflow that only +Inf covers.
+// The bounds are the doubles nearest to the decimal values (2^k ns / 1e9); how they are
+// printed is RenderExposition's business (exposition.h).
 prometheus::ClientMetric::Histogram Log2Histogram(const __u64* slots, size_t slot_count, uint64_t sum,
-                                                  int min_shift, double unit);
+                                                  int min_shift, double per_unit);
 
-// The prometheus-cpp Collectable: reads a snapshot per scrape. An exception in Collect()
-// would terminate the process from civetweb's thread, so failures become a metric.
+// The prometheus-cpp Collectable: reads a snapshot per scrape. A failed read becomes a
+// metric (and a log line), not a failed scrape.
 class MetricsCollector final : public prometheus::Collectable {
  public:
   MetricsCollector(SnapshotSource& source, DeviceNamer& namer, DaemonStatus status);

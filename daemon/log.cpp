@@ -6,6 +6,8 @@
 #include <ctime>
 #include <mutex>
 
+#include "exposition.h"
+
 namespace mergewatch {
 namespace {
 
@@ -33,9 +35,11 @@ int SyslogPriority(LogLevel level) {
   return 6;
 }
 
+// Messages quote sysfs names, which may hold any byte: invalid UTF-8 is written as \xHH the
+// way label values are (LabelText), so the journal and log shippers get text.
 std::string QuoteLogfmt(const std::string& text) {
   std::string out = "\"";
-  for (char c : text) {
+  for (char c : LabelText(text)) {
     if (c == '"' || c == '\\') out += '\\';
     if (c == '\n') { out += "\\n"; continue; }
     out += c;

@@ -9,15 +9,15 @@
 
 int main(int argc, char** argv) {
   // One malloc arena: scrapes are serialized by the collector's lock, so per-thread arenas for
-  // civetweb's workers only kept freed scrape buffers resident (3 MiB more RSS measured with 8
-  // concurrent scrapers of 99 devices).
+  // the HTTP server's threads only kept freed scrape buffers resident (3 MiB more RSS measured
+  // with 8 concurrent scrapers of 99 devices, under civetweb's thread-per-connection).
   mallopt(M_ARENA_MAX, 1);
   mergewatch::ParseResult parsed = mergewatch::ParseFlags(argc, argv);
   if (!parsed.run) {
     fputs(parsed.output.c_str(), parsed.exit_code == mergewatch::kExitOk ? stdout : stderr);
     return parsed.exit_code;
   }
-  // Before any thread exists (civetweb's), so only the main loop receives these signals.
+  // Before any thread exists (the HTTP server's), so only the main loop receives these signals.
   mergewatch::BlockDaemonSignals();
   try {
     return mergewatch::RunDaemon(parsed.config);

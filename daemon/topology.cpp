@@ -733,4 +733,8 @@ std::optional<BlockDevice> ResolveDevice(const std::string& sysfs_root, uint32_t
   return *device;
 }
 
+std::optional<std::string> ReadSysfsAttribute(const std::string& sysfs_root, const std::string& rel) {
+  return SysfsTree(sysfs_root, nullptr).ReadAttr(rel);
+}
+
 }  // namespace mergewatch

@@ -150,4 +150,9 @@ std::optional<BlockDevice> ResolveDevice(const std::string& sysfs_root,
                                          uint32_t major, uint32_t minor,
                                          std::vector<std::string>* warnings);
 
+// One attribute, read with the scan's defences: symlinks resolved inside the root only, the
+// file opened with O_NOFOLLOW | O_NONBLOCK and read only if it is a regular file (a FIFO or
+// device node in the tree never blocks the caller). Trimmed; nullopt when missing or unreadable.
+std::optional<std::string> ReadSysfsAttribute(const std::string& sysfs_root, const std::string& rel);
+
 }  // namespace mergewatch

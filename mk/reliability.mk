@@ -27,6 +27,9 @@ ASAN_DIR       := $(BUILD)/asan
 ASAN_LIB_OBJS  := $(patsubst daemon/%.cpp,$(ASAN_DIR)/obj/%.o,$(LIB_SRCS))
 ASAN_UNIT_OBJS := $(patsubst tests/unit/%.cpp,$(ASAN_DIR)/obj/unit/%.o,$(UNIT_SRCS))
 ASAN_UNIT_BIN  := $(ASAN_DIR)/mergewatch_unit_tests
+# The daemon itself under ASan+UBSan, for the privileged test of its error exit path with scrapes in
+# flight (tests/integration/test_endpoint.py); make test-privileged builds it.
+ASAN_DAEMON    := $(ASAN_DIR)/mergewatchd
 
 # The library goes into the fuzz binary with coverage instrumentation (fuzzer-no-link) and the
 # same ASan/UBSan flags; only the harness itself links libFuzzer's main.
@@ -66,6 +69,12 @@ $(ASAN_DIR)/obj/unit/%.o: tests/unit/%.cpp | $(ASAN_DIR)/obj/unit $(SKEL)
 $(ASAN_UNIT_BIN): $(ASAN_UNIT_OBJS) $(ASAN_LIB_OBJS)
 	$(call msg,LINK,$@)
 	$(Q)$(CXX) $(CXXFLAGS) $(SANITIZE_FLAGS) $^ -lgtest -lgtest_main $(PKG_LIBS) -o $@
+
+test-privileged: $(ASAN_DAEMON)
+
+$(ASAN_DAEMON): $(ASAN_DIR)/obj/main.o $(ASAN_LIB_OBJS)
+	$(call msg,LINK,$@)
+	$(Q)$(CXX) $(CXXFLAGS) $(SANITIZE_FLAGS) $^ $(PKG_LIBS) -o $@
 
 # --- libFuzzer on Topology (clang++) ----------------------------------------------------------
 

@@ -6,6 +6,7 @@ prerequisite is a failure, never a skip; as another user they skip, unless MERGE
 the skip into a failure too.
 """
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -183,6 +184,62 @@ def start_daemon(processes, *args, name="mergewatchd"):
 
     wait_until(ready, 30, "mergewatchd to report ready", on_timeout=d.log)
     return d, port
+
+
+class WebTls:
+    """A web config file for mergewatchd (deploy/web-config.example.yml with its paths and hash replaced by
+    ones made here): a self-signed certificate for localhost and 127.0.0.1 made with openssl, and a basic
+    auth user whose bcrypt hash is made with python3-bcrypt."""
+
+    USER = "prometheus"
+
+    def __init__(self, workdir):
+        import bcrypt
+        self.dir = os.path.join(workdir, "web")
+        os.makedirs(os.path.join(self.dir, "tls"))
+        self.cert = os.path.join(self.dir, "tls", "server.crt")
+        self.key = os.path.join(self.dir, "tls", "server.key")
+        r = run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                 "-days", "2", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                 "-keyout", self.key, "-out", self.cert])
+        assert r.returncode == 0, r.stderr
+        self.password = "pw-" + os.urandom(8).hex()
+        hashed = bcrypt.hashpw(self.password.encode(), bcrypt.gensalt(10)).decode()
+        with open(os.path.join(REPO, "deploy", "web-config.example.yml")) as f:
+            example = f.read()
+        text, n = re.subn(r"^(  prometheus: )\S+$", lambda m: m.group(1) + hashed, example, flags=re.M)
+        assert n == 1 and "cert_file: tls/server.crt" in text and "key_file: tls/server.key" in text
+        self.config = os.path.join(self.dir, "web-config.yml")
+        with open(self.config, "w") as f:
+            f.write(text)
+
+    def ssl_context(self):
+        import ssl
+        return ssl.create_default_context(cafile=self.cert)
+
+    def get(self, url, user=USER, password=None, timeout=5):
+        """(status, body) of a GET over TLS with basic auth; HTTP errors are returned, not raised."""
+        import base64
+        import urllib.error
+        headers = {}
+        if password is not None:
+            headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        req = urllib.request.Request(url, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout, context=self.ssl_context()) as r:
+                return r.status, r.read().decode(), dict(r.headers)
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode(), dict(e.headers)
+
+    def scrape_config(self):
+        """What a Prometheus scrape_config needs to scrape the daemon."""
+        return {"scheme": "https", "tls_config": {"ca_file": self.cert},
+                "basic_auth": {"username": self.USER, "password": self.password}}
+
+
+@pytest.fixture
+def web_tls(workdir):
+    return WebTls(workdir)
 
 
 def assert_alertmanager_routes(config):

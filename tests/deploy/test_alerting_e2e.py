@@ -7,6 +7,10 @@ annotation templates, is the shipped text, checked line by line. Prometheus scra
 Alertmanager groups and repeats quickly, and routes severity=page to /pager and the rest to /tickets, as the
 example configuration does.
 
+The page test scrapes over HTTPS with basic auth: the daemon runs with a web config file made from the shipped
+deploy/web-config.example.yml (certificate made with openssl, bcrypt hash with python3-bcrypt), and Prometheus
+scrapes with scheme https, the CA file and the password, as a fleet would.
+
 Merge collapse is real: a RAM-backed loop device with nomerges=2 and the `none` scheduler, read by fio with
 4 KiB direct I/O submitted in batches of 64, and the daemon's detector pointed at that one loop device with short
 window/raise/clear times. Setting nomerges=0 while the I/O continues clears it.
@@ -21,8 +25,8 @@ import urllib.request
 import pytest
 import yaml
 
-from conftest import (RULES, assert_alertmanager_routes, attached_bpf_link_ids, bpf_link_ids_of, daemon_binary,
-                      free_port, http_get, run, start_daemon, tool, wait_until)
+from conftest import (DEPLOY, RULES, assert_alertmanager_routes, attached_bpf_link_ids, bpf_link_ids_of,
+                      daemon_binary, free_port, http_get, run, start_daemon, tool, wait_until)
 from webhook_receiver import WebhookReceiver
 
 pytestmark = pytest.mark.privileged
@@ -105,8 +109,9 @@ def distinct_free_ports(n, taken=()):
 class AlertPath:
     """Prometheus (scraping one mergewatchd, evaluating the test rules) and Alertmanager (to the webhook)."""
 
-    def __init__(self, processes, workdir, webhook, daemon_port):
+    def __init__(self, processes, workdir, webhook, daemon_port, web_tls=None):
         self.webhook = webhook
+        self.web_tls = web_tls
         self.daemon_port = daemon_port
         self.instance = f"127.0.0.1:{daemon_port}"
         self.seen = {}  # (alertname, device) -> states seen in Prometheus's alerts API, in order of first sight
@@ -141,7 +146,8 @@ class AlertPath:
                 "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{self.am_port}"]}]}]},
                 # The job name is part of the rules' contract (job="mergewatch").
                 "scrape_configs": [{"job_name": "mergewatch",
-                                    "static_configs": [{"targets": [self.instance]}]}],
+                                    "static_configs": [{"targets": [self.instance]}],
+                                    **(web_tls.scrape_config() if web_tls else {})}],
             }, f)
         r = run([tool("promtool"), "check", "config", prom_config])
         assert r.returncode == 0 and "SUCCESS: 9 rules found" in r.stdout, r.stdout + r.stderr
@@ -215,7 +221,11 @@ class AlertPath:
             except Exception as e:  # noqa: BLE001 - diagnostics must not hide the failure
                 parts.append(f"--- {what}: {e}")
         try:
-            text = http_get(f"http://127.0.0.1:{self.daemon_port}/metrics")[1]
+            if self.web_tls:
+                text = self.web_tls.get(f"https://127.0.0.1:{self.daemon_port}/metrics",
+                                        password=self.web_tls.password)[1]
+            else:
+                text = http_get(f"http://127.0.0.1:{self.daemon_port}/metrics")[1]
             parts.append("--- daemon collapse series ---\n" + "\n".join(
                 line for line in text.splitlines() if "collapse" in line or "nomerges" in line))
         except Exception as e:  # noqa: BLE001
@@ -260,15 +270,16 @@ def collapse_value(text, device):
 # --- the tests ---------------------------------------------------------------------------------------------
 
 def test_merge_collapse_pages_through_prometheus_and_alertmanager_and_resolves(loop_device, webhook, workdir,
-                                                                               processes):
+                                                                               processes, web_tls):
     dev = loop_device(size_mb=128)
     dev.set_queue(scheduler="none", nomerges=2)
-    daemon, port = start_daemon(processes, *policy(dev))
-    path = AlertPath(processes, workdir, webhook, port)
+    daemon, port = start_daemon(processes, *policy(dev), f"--web.config.file={web_tls.config}")
+    path = AlertPath(processes, workdir, webhook, port, web_tls=web_tls)
     path.daemons.append(daemon)
     shipped = shipped_alert_rules()["MergewatchMergeCollapse"]
     try:
         path.wait_target_up()
+        assert path.target_health()[path.instance] == ("up", ""), "scraped over HTTPS with basic auth"
         fio = start_fio(processes, dev)
 
         # 1. The page.
@@ -414,3 +425,87 @@ def test_mergewatch_down_reaches_the_ticket_receiver_and_resolves(webhook, workd
     except BaseException:
         print(path.diagnostics())
         raise
+
+
+def test_web_config_tls_and_basic_auth(workdir, processes, web_tls):
+    """The shipped example passes `promtool check web-config` (with its certificate files present); the daemon
+    serves it: the right password gets the metrics over TLS, a wrong or missing one 401 with a Basic challenge,
+    and plain HTTP to the TLS port no HTTP response at all."""
+    example_dir = os.path.join(workdir, "example")
+    os.makedirs(os.path.join(example_dir, "tls"))
+    example = os.path.join(example_dir, "web-config.yml")
+    with open(os.path.join(DEPLOY, "web-config.example.yml")) as src, open(example, "w") as dst:
+        dst.write(src.read())
+    r = run([tool("promtool"), "check", "web-config", example])
+    assert r.returncode != 0 and "server.crt" in r.stdout + r.stderr, "fails while the certificate is missing"
+    for name in ("server.crt", "server.key"):
+        os.link(os.path.join(web_tls.dir, "tls", name), os.path.join(example_dir, "tls", name))
+    r = run([tool("promtool"), "check", "web-config", example])
+    assert r.returncode == 0 and "SUCCESS" in r.stdout + r.stderr, r.stdout + r.stderr
+    r = run([tool("promtool"), "check", "web-config", web_tls.config])
+    assert r.returncode == 0, r.stdout + r.stderr
+
+    daemon, port = start_daemon(processes, f"--web.config.file={web_tls.config}")
+    url = f"https://127.0.0.1:{port}/metrics"
+    status, body, _ = web_tls.get(url, password=web_tls.password)
+    assert status == 200 and "mergewatch_build_info" in body
+    for password in ("wrong", None):
+        status, body, headers = web_tls.get(url, password=password)
+        assert status == 401 and "mergewatch_build_info" not in body, (status, body)
+        assert headers.get("WWW-Authenticate", "").startswith("Basic realm="), headers
+    status, _, _ = web_tls.get(url, user="someone", password=web_tls.password)
+    assert status == 401
+    import urllib.error
+    with pytest.raises((urllib.error.URLError, ConnectionError, OSError)) as plain:
+        http_get(f"http://127.0.0.1:{port}/metrics")
+    assert not isinstance(plain.value, urllib.error.HTTPError), "plain HTTP must get no HTTP answer at all"
+    r = run(["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", f"http://127.0.0.1:{port}/metrics"])
+    assert r.returncode != 0 and r.stdout == "000", (r.returncode, r.stdout, r.stderr)
+    assert daemon.proc.poll() is None
+
+
+def test_client_certificates_are_required_and_verified(workdir, processes, web_tls):
+    """client_auth_type RequireAndVerifyClientCert with client_ca_file: a client certificate signed by that CA gets
+    the metrics; none, or one from another CA, gets 403. Certificates made here with openssl."""
+    tls = os.path.join(web_tls.dir, "tls")
+
+    def openssl(*args):
+        r = run(["openssl", *args])
+        assert r.returncode == 0, r.stderr
+
+    def ca(name):
+        openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
+                "-subj", f"/CN={name}", "-keyout", f"{tls}/{name}.key", "-out", f"{tls}/{name}.crt")
+
+    def client(name, signer):
+        openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-subj", f"/CN={name}",
+                "-keyout", f"{tls}/{name}.key", "-out", f"{tls}/{name}.csr")
+        openssl("x509", "-req", "-in", f"{tls}/{name}.csr", "-CA", f"{tls}/{signer}.crt", "-CAkey",
+                f"{tls}/{signer}.key", "-CAcreateserial", "-days", "2", "-out", f"{tls}/{name}.crt")
+
+    ca("clients-ca")
+    ca("other-ca")
+    client("prometheus-client", "clients-ca")
+    client("stranger", "other-ca")
+    with open(web_tls.config) as f:
+        text = f.read()
+    text = text.replace("  # client_auth_type: RequireAndVerifyClientCert\n  # client_ca_file: tls/clients-ca.crt\n",
+                        "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: tls/clients-ca.crt\n")
+    assert "\n  client_ca_file: tls/clients-ca.crt" in text, "the example's commented client CA lines changed"
+    with open(web_tls.config, "w") as f:
+        f.write(text)
+    r = run([tool("promtool"), "check", "web-config", web_tls.config])
+    assert r.returncode == 0, r.stdout + r.stderr
+
+    daemon, port = start_daemon(processes, f"--web.config.file={web_tls.config}")
+    url = f"https://127.0.0.1:{port}/metrics"
+
+    def curl(*cert):
+        r = run(["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "--cacert", web_tls.cert,
+                 "-u", f"{web_tls.USER}:{web_tls.password}", *cert, url])
+        return r.stdout
+
+    assert curl("--cert", f"{tls}/prometheus-client.crt", "--key", f"{tls}/prometheus-client.key") == "200"
+    assert curl() == "403"
+    assert curl("--cert", f"{tls}/stranger.crt", "--key", f"{tls}/stranger.key") == "403"
+    assert daemon.proc.poll() is None

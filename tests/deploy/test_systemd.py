@@ -75,7 +75,7 @@ def test_unit_template_has_the_required_settings():
     assert svc("ExecStart") == ["@SBINDIR@/mergewatchd $MERGEWATCHD_ARGS"]
     assert svc("AmbientCapabilities") == svc("CapabilityBoundingSet") == ["CAP_BPF CAP_PERFMON"]
     assert svc("ProtectSystem") == ["strict"] and svc("NoNewPrivileges") == ["yes"]
-    assert svc("RestrictAddressFamilies") == ["AF_UNIX AF_INET"]
+    assert svc("RestrictAddressFamilies") == ["AF_UNIX AF_INET AF_INET6"]  # sd_notify, IPv4 and IPv6 listeners
     allowed = svc("SystemCallFilter")[0].split()
     assert "bpf" in allowed and "perf_event_open" in allowed
     for denied in svc("SystemCallFilter")[1:]:

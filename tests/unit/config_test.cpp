@@ -5,6 +5,9 @@
 #include <vector>
 
 #include "exit_codes.h"
+#include "listen.h"
+
+#include <unistd.h>
 
 namespace mergewatch {
 namespace {
@@ -17,7 +20,10 @@ ParseResult Parse(std::vector<const char*> args) {
 TEST(ParseFlags, DefaultsRun) {
   ParseResult r = Parse({});
   ASSERT_TRUE(r.run);
-  EXPECT_EQ(r.config.listen_address, ":9863");
+  EXPECT_EQ(r.config.listen_addresses, std::vector<std::string>{":9863"});
+  EXPECT_TRUE(r.config.web_config_file.empty());
+  EXPECT_FALSE(r.config.systemd_socket);
+  EXPECT_FALSE(r.config.disable_exporter_metrics);
   EXPECT_EQ(r.config.telemetry_path, "/metrics");
   EXPECT_EQ(r.config.sysfs_root, "/sys");
   EXPECT_EQ(r.config.program_type, "auto");
@@ -36,7 +42,7 @@ TEST(ParseFlags, ProgramTypeCanBePinned) {
 TEST(ParseFlags, AcceptsPrometheusStyleFlags) {
   ParseResult r = Parse({"--web.listen-address=127.0.0.1:9100", "--path.sysfs", "/tmp/sys", "--log.level=debug"});
   ASSERT_TRUE(r.run) << r.output;
-  EXPECT_EQ(r.config.listen_address, "127.0.0.1:9100");
+  EXPECT_EQ(r.config.listen_addresses, std::vector<std::string>{"127.0.0.1:9100"});
   EXPECT_EQ(r.config.sysfs_root, "/tmp/sys");
   EXPECT_EQ(r.config.log_level, LogLevel::kDebug);
 }
@@ -53,7 +59,9 @@ TEST(ParseFlags, BadValuesSayWhatIsWrong) {
   for (auto args : std::vector<std::vector<const char*>>{{"--log.level=loud"},
                                                           {"--web.listen-address=9863"},
                                                           {"--web.listen-address=:99999"},
-                                                          {"--web.listen-address=[::1]:9863"},
+                                                          {"--web.listen-address=::1:9863"},
+                                                          {"--web.listen-address=[::1]9863"},
+                                                          {"--web.listen-address=[nope]:9863"},
                                                           {"--web.telemetry-path=metrics"},
                                                           {"--bpf.inflight-entries=1"},
                                                           {"--bpf.program-type=kprobe"}}) {
@@ -75,14 +83,47 @@ TEST(ParseFlags, HelpAndVersionExitZero) {
   EXPECT_EQ(version.output.rfind("mergewatchd ", 0), 0u);
 }
 
-TEST(NormalizeListenAddress, MapsEmptyHostToAllInterfaces) {
-  std::string port, error;
-  ASSERT_TRUE(NormalizeListenAddress(":9863", &port, &error));
-  EXPECT_EQ(port, "0.0.0.0:9863");
-  ASSERT_TRUE(NormalizeListenAddress("localhost:1", &port, &error));
-  EXPECT_EQ(port, "127.0.0.1:1");
-  EXPECT_FALSE(NormalizeListenAddress("example.com:80", &port, &error));
-  EXPECT_NE(error.find("IPv4"), std::string::npos);
+TEST(ParseFlags, ListenAddressRepeatsAndTakesIpv6) {
+  ParseResult r = Parse({"--web.listen-address=[::1]:9100", "--web.listen-address=127.0.0.1:9101"});
+  ASSERT_TRUE(r.run) << r.output;
+  EXPECT_EQ(r.config.listen_addresses, (std::vector<std::string>{"[::1]:9100", "127.0.0.1:9101"}));
+}
+
+TEST(ParseFlags, HiddenTestFlagIsNotInHelp) {
+  EXPECT_EQ(Parse({"--help"}).output.find("debug.fail"), std::string::npos);
+  ParseResult r = Parse({"--debug.fail-after-ticks=3"});
+  ASSERT_TRUE(r.run) << r.output;
+  EXPECT_EQ(r.config.fail_after_ticks, 3u);
+}
+
+TEST(ParseListenAddress, ExporterForms) {
+  ListenAddress a;
+  std::string error;
+  ASSERT_TRUE(ParseListenAddress(":9863", &a, &error)) << error;
+  EXPECT_EQ(a.host, "");
+  EXPECT_EQ(a.port, 9863);
+  ASSERT_TRUE(ParseListenAddress("[::]:9863", &a, &error)) << error;
+  EXPECT_EQ(a.host, "::");
+  ASSERT_TRUE(ParseListenAddress("[::1]:0", &a, &error)) << error;
+  EXPECT_EQ(a.host, "::1");
+  EXPECT_EQ(a.port, 0);
+  ASSERT_TRUE(ParseListenAddress("localhost:1", &a, &error)) << error;
+  EXPECT_EQ(a.host, "localhost");
+  EXPECT_FALSE(ParseListenAddress("::1:80", &a, &error));
+  EXPECT_NE(error.find("brackets"), std::string::npos) << error;
+  EXPECT_FALSE(ParseListenAddress("[::1]", &a, &error));
+  EXPECT_FALSE(ParseListenAddress("1.2.3.4:65536", &a, &error));
+}
+
+TEST(OpenListener, Ipv6LoopbackAcceptsAndNamesItself) {
+  ListenAddress a;
+  std::string error;
+  ASSERT_TRUE(ParseListenAddress("[::1]:0", &a, &error));
+  const int fd = OpenListener(a, &error);
+  ASSERT_GE(fd, 0) << error;
+  const std::string name = SocketName(fd);
+  EXPECT_EQ(name.rfind("[::1]:", 0), 0u) << name;
+  close(fd);
 }
 
 }  // namespace

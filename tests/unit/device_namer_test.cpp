@@ -4,6 +4,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <thread>
+
+#include <sys/stat.h>
 
 namespace mergewatch {
 namespace {
@@ -59,6 +63,33 @@ TEST_F(ReusedNumber, NewDeviceOnAnOldNumberGetsItsNewName) {
   EXPECT_EQ(namer.NameOf(259, 3), std::nullopt);  // removed: its series disappear
   Attach("nvme1n1", "259:3");
   EXPECT_EQ(namer.NameOf(259, 3), "nvme1n1");     // reused number, new name
+}
+
+// The namer runs under the scrape: a FIFO where diskseq should be must not block it (open
+// without O_NONBLOCK waits for a writer forever), and a symlinked diskseq pointing out of the
+// tree must not be followed.
+TEST_F(ReusedNumber, OddDiskseqFilesNeitherBlockNorLeaveTheTree) {
+  Attach("loop0", "7:0");
+  const fs::path diskseq = root_ / "devices/virtual/block/loop0/diskseq";
+  ASSERT_EQ(mkfifo(diskseq.c_str(), 0600), 0);
+  SysfsDeviceNamer namer(root_.string());
+  // A detached thread, so that a blocked open() fails this test instead of hanging the binary.
+  auto promise = std::make_shared<std::promise<std::optional<std::string>>>();
+  std::future<std::optional<std::string>> result = promise->get_future();
+  std::thread([promise, root = root_.string()] {
+    SysfsDeviceNamer fresh(root);
+    promise->set_value(fresh.NameOf(7, 0, 42));
+  }).detach();
+  ASSERT_EQ(result.wait_for(std::chrono::seconds(10)), std::future_status::ready) << "NameOf blocked on a FIFO";
+  EXPECT_EQ(result.get(), "loop0");  // unreadable diskseq: unknown, not a mismatch
+
+  fs::remove(diskseq);
+  std::ofstream(root_ / "outside-diskseq") << "7\n";
+  fs::create_symlink(root_ / "outside-diskseq", diskseq);  // absolute: leaves the root
+  EXPECT_EQ(namer.NameOf(7, 0, 42), "loop0");              // 7 was not read: no mismatch
+  fs::remove(diskseq);
+  std::ofstream(diskseq) << "7\n";
+  EXPECT_EQ(namer.NameOf(7, 0, 42), std::nullopt);  // a real diskseq of another incarnation
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 #include "exporter.h"
+#include "exposition.h"
 
 #include <gtest/gtest.h>
 #include <prometheus/text_serializer.h>
@@ -61,7 +62,7 @@ std::string Expose(const Snapshot& snap) {
   FakeNamer namer;
   namer.names = {{{259, 0}, "nvme1n1"}, {{253, 3}, "dm-3"}};
   DaemonStatus status{"1.2.3", "6.1.0-test", 16384};
-  return prometheus::TextSerializer().Serialize(BuildMetricFamilies(snap, namer, status));
+  return RenderExposition(BuildMetricFamilies(snap, namer, status));
 }
 
 std::string ReadFile(const std::string& path) {
@@ -144,7 +145,7 @@ TEST(Exporter, RemappedRequestsNameTheOriginDevice) {
 
 TEST(Log2Histogram, CumulatesAndCountsTheOverflowOnlyInInf) {
   __u64 slots[4] = {1, 2, 3, 4};
-  auto h = Log2Histogram(slots, 4, 100, 9, 1.0);
+  auto h = Log2Histogram(slots, 4, 100, 9, 1.0);  // bytes: per_unit 1
   ASSERT_EQ(h.bucket.size(), 3u);
   EXPECT_EQ(h.bucket[0].upper_bound, 512.0);
   EXPECT_EQ(h.bucket[2].upper_bound, 2048.0);

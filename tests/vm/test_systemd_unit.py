@@ -294,3 +294,48 @@ def test_driver_checks_all_passed(res):
     failed = [k for k, v in res.items() if k.endswith("_ok") and v != "1"]
     expect(read("exit-status").strip() == "0" and not failed,
            f"exit-status {read('exit-status').strip()!r}, driver checks failed: {failed}")
+
+
+# --- issue 13: socket activation and a dm name that is not UTF-8 (driver step 8) ---------------------------
+
+def test_socket_activation_starts_the_service_on_the_first_connection(res):
+    """The shipped mergewatchd.socket (installed by make install) holds [::]:9863; with --web.systemd-socket in
+    the flags file, the first connection starts mergewatchd.service, which serves on that socket, IPv4 and IPv6."""
+    expect(res.get("sock_start_rc") == "0", f"systemctl start mergewatchd.socket: {res.get('sock_start_rc')}")
+    expect(res.get("sock_listen", "").startswith("[::]:9863"), f"socket listens on {res.get('sock_listen')!r}")
+    expect(res.get("sock_service_before_first_connection") == "inactive",
+           f"service before the first connection: {res.get('sock_service_before_first_connection')}")
+    expect(res.get("sock_first_scrape_rc") == "0" and res.get("sock_service_active") == "active",
+           f"first scrape rc {res.get('sock_first_scrape_rc')}, service {res.get('sock_service_active')}")
+    expect("mergewatchd.socket" in res.get("sock_triggered_by", ""), f"TriggeredBy={res.get('sock_triggered_by')}")
+    for name in ("metrics-socket.prom", "metrics-socket-ipv6.prom"):
+        expect(attached(name).get("block_rq_issue") == 1, f"{name}: block_rq_issue not attached")
+    expect(res.get("sock_ipv6_scrape_rc") == "0", "scrape through [::1]:9863 failed")
+    log = read("journal-mergewatchd-socket.txt")
+    expect("listening on [::]:9863" in log, "the daemon did not report serving on the systemd socket")
+    expect(res.get("sock_stop_rc") == "0" and res.get("bpftool_after_socket_stop_programs") == "0",
+           f"stop rc {res.get('sock_stop_rc')}, programs left {res.get('bpftool_after_socket_stop_programs')}")
+    # The daemon must leave systemd's listening socket alone when it stops: a shutdown() on it fails the
+    # .socket unit ("Got POLLHUP on a listening socket", result 'resources').
+    expect(res.get("sock_socket_after_service_stop") == "active" and res.get("sock_active_after_stop") == "inactive",
+           f"mergewatchd.socket after stopping the service: {res.get('sock_socket_after_service_stop')}, "
+           f"after stopping itself: {res.get('sock_active_after_stop')}")
+    print(f"socket activation: first scrape answered {res.get('sock_first_scrape_seconds')} s after connect")
+
+
+def test_non_utf8_dm_name_scrape_passes_promtool(res):
+    """`dmsetup --manglename none create $'latin\\xff'` on the NVMe disk: the scrape is valid UTF-8, shows the
+    name as latin\\xff, and `promtool check metrics` accepts it (before: 'invalid label value')."""
+    expect(res.get("odd_dm_create_rc") == "0" and res.get("odd_dm_device", "").startswith("dm-"),
+           f"dmsetup create rc {res.get('odd_dm_create_rc')}, device {res.get('odd_dm_device')!r}")
+    with open(os.path.join(OUT, "metrics-odd-dm.prom"), "rb") as f:
+        body = f.read()
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        pytest.fail(f"scrape is not UTF-8: {e}{diag()}", pytrace=False)
+    dm = res["odd_dm_device"]
+    expect(f'mergewatch_device_info{{device="{dm}",kind="dm",disk="{dm}",dm_name="latin\\\\xff",'.encode() in body,
+           "the dm name is not shown as latin\\xff")
+    r = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, timeout=60)
+    expect(r.returncode == 0, f"promtool check metrics: rc {r.returncode}\n{r.stdout.decode()}{r.stderr.decode()}")

@@ -174,3 +174,59 @@ journalctl -u "$unit" -o json --no-pager > "$out/journal-mergewatchd.json" 2>&1
 journalctl -u "$unit" -o short-monotonic --no-pager > "$out/journal-mergewatchd.txt" 2>&1
 res journal_entries "$(wc -l < "$out/journal-mergewatchd.json")"
 check journal test "$(grep '"_COMM":"mergewatchd"' "$out/journal-mergewatchd.json" | grep -c '"PRIORITY":"6"')" -gt 0
+
+# 8. (issue 13) Socket activation with the shipped mergewatchd.socket, then a dm device whose name is
+#    not UTF-8: every scrape must stay text Prometheus accepts. Its own function and result keys
+#    (sock_*, odd_dm_*), after the journal step, so the steps above see exactly what they saw before.
+socket_activation_and_odd_dm_name() {
+	local sock=mergewatchd.socket name dm rc t0
+	# The flags file as an operator changes it: the later assignment wins.
+	echo 'MERGEWATCHD_ARGS=--web.systemd-socket --log.level=debug' >> /etc/default/mergewatchd
+	say "systemctl start $sock"
+	timeout 60 systemctl start "$sock"; rc=$?
+	res sock_start_rc "$rc"
+	res sock_listen "$(systemctl show -p Listen --value "$sock")"
+	res sock_service_before_first_connection "$(systemctl is-active "$unit")"
+	t0=$(up)
+	# The first connection starts the service; it waits in the socket's queue meanwhile.
+	curl -sS --max-time 60 "$url" > "$out/metrics-socket.prom" 2>> "$out/guest.log"; rc=$?
+	res sock_first_scrape_rc "$rc"
+	res sock_first_scrape_seconds "$(since "$t0")"
+	res sock_service_active "$(systemctl is-active "$unit")"
+	res sock_triggered_by "$(prop TriggeredBy)"
+	res sock_main_pid "$(prop MainPID)"
+	curl -sS -g --max-time 10 "http://[::1]:9863/metrics" > "$out/metrics-socket-ipv6.prom" 2>> "$out/guest.log"
+	res sock_ipv6_scrape_rc "$?"
+	check socket_activation eval '[ "$(systemctl is-active "$unit")" = active ] &&
+		grep -q "^mergewatch_build_info" "$out/metrics-socket.prom" && grep -q "^mergewatch_build_info" "$out/metrics-socket-ipv6.prom"'
+
+	modprobe dm-mod
+	name=$(printf 'latin\xff')
+	DM_DISABLE_UDEV=1 dmsetup --manglename none create "$name" --table "0 2048 linear /dev/nvme0n1 2048"; rc=$?
+	res odd_dm_create_rc "$rc"
+	dm=
+	for d in /sys/block/dm-*; do [ "$(cat "$d/dm/name" 2>/dev/null)" = "$name" ] && dm=${d##*/}; done
+	res odd_dm_device "$dm"
+	# SIGHUP rescans sysfs at once (else within --topology.refresh-interval).
+	systemctl kill --kill-who=main -s HUP "$unit"
+	for _ in $(seq 1 40); do
+		curl -sS --max-time 10 "$url" > "$out/metrics-odd-dm.prom" 2>> "$out/guest.log"; rc=$?
+		[ -n "$dm" ] && grep -qF "device=\"$dm\"" "$out/metrics-odd-dm.prom" && break
+		sleep 0.5
+	done
+	res odd_dm_scrape_rc "$rc"
+	check odd_dm_scrape eval '[ -n "$dm" ] && grep -qF "device=\"$dm\",kind=\"dm\"" "$out/metrics-odd-dm.prom"'
+	DM_DISABLE_UDEV=1 dmsetup --manglename none remove "$name"
+	res odd_dm_remove_rc "$?"
+
+	# The service alone first: the socket must go on listening for the next start.
+	timeout 60 systemctl stop "$unit"; rc=$?
+	res sock_socket_after_service_stop "$(systemctl is-active "$sock")"
+	timeout 60 systemctl stop "$sock"
+	res sock_stop_rc "$((rc + $?))"
+	res sock_active_after_stop "$(systemctl is-active "$sock")"
+	bpf_snapshot after-socket-stop
+	res bpftool_after_socket_stop_programs "$(mw_progs after-socket-stop)"
+	journalctl -u "$unit" -o short-monotonic --no-pager > "$out/journal-mergewatchd-socket.txt" 2>&1
+}
+socket_activation_and_odd_dm_name

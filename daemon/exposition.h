@@ -1,0 +1,38 @@
+// The text a scrape returns: prometheus-cpp's families and TextSerializer, with two fixes the
+// serializer does not make. Label values must be valid UTF-8 (the text format and Prometheus
+// reject a whole scrape otherwise), but dm names may hold any byte but '/' and sysfs
+// attributes are bytes. And bucket bounds are written with 16 significant digits
+// (le="0.008388608000000001" for 2^23 ns), where Prometheus users type le values as every Go
+// exporter prints them: the shortest string that reads back to the same double.
+#pragma once
+
+#include <prometheus/metric_family.h>
+
+#include <string>
+
+#include <vector>
+
+namespace mergewatch {
+
+// Valid UTF-8 passes through unchanged, except '\': every byte that is not part of a valid
+// UTF-8 sequence (stray continuation bytes, overlong forms, surrogates, > U+10FFFF, a cut-off
+// sequence) becomes the four characters \xHH, and a backslash becomes \x5c so that the
+// mapping stays one-to-one: two different names never share a label value. This is the
+// escaping dmsetup itself uses for mangled names (dmsetup --manglename hex).
+std::string LabelText(const std::string& bytes);
+
+// LabelText on every label value of every family.
+void MakeLabelsUtf8(std::vector<prometheus::MetricFamily>* families);
+
+// Go's strconv.FormatFloat(v, 'g', -1, 64), which client_golang writes le with: the shortest
+// digits that read back to v, in exponent form when the decimal exponent is < -4 or >= 6
+// ("8.192e-06", "0.008388608", "4096", "524288", "1.048576e+06"); "+Inf", "-Inf", "NaN".
+std::string FormatFloatLikeGo(double value);
+
+// Rewrites every le="..." of the serializer's text with FormatFloatLikeGo.
+std::string ShortestBucketBounds(const std::string& text);
+
+// The families as exposition text: MakeLabelsUtf8, TextSerializer, ShortestBucketBounds.
+std::string RenderExposition(std::vector<prometheus::MetricFamily> families);
+
+}  // namespace mergewatch
