@@ -69,10 +69,9 @@ std::vector<CollapseEvent> CollapseDetector::Update(TimePoint now, const Snapsho
                                                     const Topology& topology) {
   Sample sample{now, {}};
   // Data of a device's predecessor at the same major:minor (older diskseq) is not its own.
+  // A native NVMe multipath path disk's requests count under its head namespace.
   const auto same_device = [&topology](uint32_t major, uint32_t minor, uint64_t diskseq) -> const BlockDevice* {
-    const BlockDevice* device = topology.Find(major, minor);
-    if (device == nullptr || (diskseq != 0 && device->diskseq != 0 && device->diskseq != diskseq)) return nullptr;
-    return device;
+    return topology.CountedUnder(major, minor, diskseq);
   };
   for (const auto& [key, stats] : snapshot.origins) {
     const BlockDevice* device = same_device(key.major, key.minor, key.diskseq);

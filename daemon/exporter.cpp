@@ -162,7 +162,9 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
   for (const auto& [key, stats] : snapshot.origins) {
     std::optional<std::string> device = names.Of(key.major, key.minor, key.diskseq);
     std::optional<std::string> origin = names.Of(key.origin_major, key.origin_minor, 0);
-    if (!device || !origin) continue;
+    // A multipath path's requests come remapped from its own head, under whose name they
+    // already count: that is no stacked device, and "origin = device" would say nothing.
+    if (!device || !origin || *device == *origin) continue;
     mw_origin_stats& total = by_origin[{*device, *origin, OpLabel(key.op)}];
     total.requests += stats.requests;
     total.missed_merges += stats.missed_merges;
