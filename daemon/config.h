@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <linux/types.h>
 
@@ -22,6 +23,8 @@ struct Config {
   std::string program_type = "auto";  // auto (tp_btf, else raw_tp), tp_btf or raw_tp
   Duration topology_refresh = std::chrono::seconds(5);
   CollapsePolicy collapse;
+  // Flags given that no longer do anything: logged at start as warnings.
+  std::vector<std::string> deprecated_flags;
 };
 
 // Outcome of parsing: run with `config`, or exit with `exit_code` after printing

@@ -210,6 +210,7 @@ int RunDaemon(const Config& config) {
   SetLogLevel(config.log_level);
   LogInfo("starting mergewatchd " + VersionString() + " on kernel " + KernelRelease());
   SdNotify("STATUS=starting");
+  for (const std::string& warning : config.deprecated_flags) LogWarn(warning);
 
   std::string civet_port, error;
   NormalizeListenAddress(config.listen_address, &civet_port, &error);
