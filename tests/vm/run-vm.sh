@@ -19,6 +19,8 @@
 #     --multipath          also give the guest a native-multipath NVMe namespace: one
 #                          subsystem (nqn mwsubsys1) with two controllers sharing namespace 1
 #                          (the guest shows a head nvmeXnY and path disks nvmeXc*nY)
+#     --part-disk          also give the guest a second single-path NVMe disk (serial mwpart01)
+#                          that the scenario partitions, for LVM on a partition
 #     --script PATH        run PATH in the guest instead of tests/vm/guest-scenario.sh
 #                          (exploration; the tests use the scenario)
 #     --systemd            systemd mode (needs --daemon): boot the host's systemd as PID 1 with
@@ -33,7 +35,7 @@
 # Every option also reads an environment variable: MW_VM_OUT, MW_VM_DAEMON,
 # MW_VM_DAEMON_ARGS, MW_VM_METRICS_URL, MW_VM_DETECT_WAIT, MW_VM_CASES,
 # MW_VM_FILE_MB, MW_VM_READER, MW_VM_BPFTRACE=1, MW_VM_SYSTEMD=1, MW_VM_UNIT_DROPIN,
-# MW_VM_TIMEOUT, MW_VM_SMP, MW_VM_MEM, MW_VM_MULTIPATH=1, MW_VM_SCRIPT;
+# MW_VM_TIMEOUT, MW_VM_SMP, MW_VM_MEM, MW_VM_MULTIPATH=1, MW_VM_PART_DISK=1, MW_VM_SCRIPT;
 # MW_VM_DIR is setup.sh's build dir (default <repo>/build/vm).
 #
 # Exit status: the guest scenario's status; 124 = qemu timed out; 125 = the
@@ -61,6 +63,7 @@ timeout_s=${MW_VM_TIMEOUT:-}
 smp=${MW_VM_SMP:-2}
 mem=${MW_VM_MEM:-2048}
 multipath=${MW_VM_MULTIPATH:-0}
+part_disk=${MW_VM_PART_DISK:-0}
 script=${MW_VM_SCRIPT:-$here/guest-scenario.sh}
 verbose=0
 
@@ -82,6 +85,7 @@ while [ $# -gt 0 ]; do
 	--smp) smp=$2; shift 2 ;;
 	--mem) mem=$2; shift 2 ;;
 	--multipath) multipath=1; shift ;;
+	--part-disk) part_disk=1; shift ;;
 	--script) script=$2; shift 2 ;;
 	-v|--verbose) verbose=1; shift ;;
 	-h|--help) usage; exit 0 ;;
@@ -142,6 +146,7 @@ touch "$out/.mw-vm-run"
 	printf 'MW_READER=%q\n' "$reader"
 	printf 'MW_BPFTRACE=%q\n' "$bpftrace"
 	printf 'MW_MULTIPATH=%q\n' "$multipath"
+	printf 'MW_PART_DISK=%q\n' "$part_disk"
 } > "$out/guest.env"
 
 # systemd mode: a tree that guest-init.sh copies over the guest's root before switch_root.
@@ -205,13 +210,19 @@ disk=$(mktemp "$vmdir/nvme-XXXXXX.img")
 truncate -s 2G "$disk"      # sparse; deleted on exit
 mpdisk=
 mpargs=()
+partdisk=
+if [ "$part_disk" = 1 ]; then
+	partdisk=$(mktemp "$vmdir/nvme-part-XXXXXX.img")
+	truncate -s 1G "$partdisk"
+	mpargs+=(-drive "file=$partdisk,if=none,id=pd0,format=raw,cache=unsafe" -device nvme,serial=mwpart01,drive=pd0)
+fi
 if [ "$multipath" = 1 ]; then
 	mpdisk=$(mktemp "$vmdir/nvme-mp-XXXXXX.img")
 	truncate -s 1G "$mpdisk"
 	# Native NVMe multipath as on a dual-port drive: one subsystem, two controllers (both must
 	# carry the subsystem's serial, QEMU 7.2 refuses otherwise), one shared namespace. After
 	# the single-path disk, so that one stays nvme0 (controllers are numbered in probe order).
-	mpargs=(-drive "file=$mpdisk,if=none,id=mp0,format=raw,cache=unsafe"
+	mpargs+=(-drive "file=$mpdisk,if=none,id=mp0,format=raw,cache=unsafe"
 		-device nvme-subsys,id=mwsubsys1,nqn=mwsubsys1
 		-device nvme,serial=mwmp01,subsys=mwsubsys1
 		-device nvme,serial=mwmp01,subsys=mwsubsys1
@@ -225,6 +236,7 @@ cleanup() {
 	[ -n "$tailpid" ] && kill "$tailpid" 2>/dev/null
 	rm -f "$disk"
 	[ -z "$mpdisk" ] || rm -f "$mpdisk"
+	[ -z "$partdisk" ] || rm -f "$partdisk"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
