@@ -136,9 +136,10 @@ static __always_inline bool MW_FN(still_queued)(__u64 rq)
 static __always_inline bool MW_FN(missed_merge)(struct bio *bio, struct gendisk *disk, struct request_queue *q,
 						__u32 opf, struct mw_dev_stats **stats_out)
 {
-	__u32 queue_id = (__u32)MW_READ(q, id) + 1, index = queue_id & (MW_PLUG_SLOTS - 1), zero = 0;
+	__u32 queue_id = (__u32)MW_READ(q, id) + 1, zero = 0;
 	struct blk_plug *plug = MW_FN(current_plug)();
 	__u64 plug_id = pointer_value(plug);
+	__u32 index = plug_slot_index(plug_id, queue_id);
 	struct mw_merge_limits lim = {};
 	struct mw_merge_side b = {};
 	struct sched_entry *cand = NULL, *scratch;
@@ -208,7 +209,9 @@ static __always_inline bool MW_FN(missed_merge)(struct bio *bio, struct gendisk 
  */
 static __always_inline void MW_FN(enter_scheduler)(struct request *rq, struct request_queue *q)
 {
-	__u32 queue_id = (__u32)MW_READ(q, id) + 1, index = queue_id & (MW_PLUG_SLOTS - 1), zero = 0;
+	__u32 queue_id = (__u32)MW_READ(q, id) + 1, zero = 0;
+	/* a flush from a plug runs in the plugging task (current->plug is still set) */
+	__u32 index = plug_slot_index(pointer_value(MW_FN(current_plug)()), queue_id);
 	__u64 start = MW_READ(rq, __sector);
 	__u32 sectors = MW_READ(rq, __data_len) >> 9;
 	struct sched_key key = { .queue_id = queue_id, .end_sector = start + sectors };

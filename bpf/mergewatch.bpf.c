@@ -153,12 +153,13 @@ struct {
  *
  * 1. The submitting task's plug. blk_attempt_plug_merge() tries a new bio against one
  *    request only: the newest request of the bio's queue in current->plug. So does this:
- *    one slot per (CPU, queue id % MW_PLUG_SLOTS), tagged with the plug's address and
+ *    per CPU, a slot chosen by the plug's address and the queue, tagged with both and
  *    the plug's rq_count when that request was created. The request is still in the plug
  *    (not flushed) exactly when the plug now holds one request more. A task that migrates
- *    or is preempted by another plugging task on the same CPU finds a foreign tag and
- *    starts a new run: an undercount, never a merge claimed across two tasks' plugs (no
- *    setting merges those).
+ *    to another CPU, or whose slot another plugging task took meanwhile, finds a foreign
+ *    tag and starts a new run: an undercount, never a merge claimed across two tasks'
+ *    plugs (no setting merges those). Plugs live on kernel stacks (16 KiB apart and
+ *    aligned), so the stack's address above bit 14 tells tasks apart.
  * 2. With an I/O scheduler, the scheduler's queue, shared by every task: elv_merge()
  *    finds a back-merge candidate by its end sector (elv_rqhash). sched_queued is that
  *    hash: requests are entered at block_rq_insert under (queue, end sector) and removed
@@ -175,7 +176,12 @@ struct plug_slot {
 	struct mw_merge_side run; /* the request as merging would have built it */
 };
 
-#define MW_PLUG_SLOTS 8
+#define MW_PLUG_SLOTS 16
+
+static __always_inline __u32 plug_slot_index(__u64 plug_id, __u32 queue_id)
+{
+	return (__u32)((plug_id >> 14) ^ (plug_id >> 24) ^ queue_id) & (MW_PLUG_SLOTS - 1);
+}
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
