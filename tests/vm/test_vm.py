@@ -93,8 +93,8 @@ def vm_run():
     r = subprocess.run([os.path.join(HERE, "run-vm.sh"), "--out", OUT, "--daemon", DAEMON,
                         "--daemon-args", "--web.listen-address=127.0.0.1:9863",
                         "--metrics-url", "http://127.0.0.1:9863/metrics",
-                        "--part-disk", "--multipath", "--timeout", "720"],
-                       capture_output=True, text=True, timeout=780)
+                        "--part-disk", "--multipath", "--timeout", "1200"],
+                       capture_output=True, text=True, timeout=1260)
     print(r.stdout[-6000:])
     if r.returncode != 0:
         pytest.fail(f"VM run failed ({r.returncode}):\n{r.stdout[-8000:]}\n{r.stderr[-4000:]}")
