@@ -38,6 +38,23 @@ struct gendisk___with_diskseq {
 	__u64 diskseq;
 } __attribute__((preserve_access_index));
 
+/* Fields that exist only with a kernel config or version; read only if the BTF has them. */
+struct bio___with_crypt { /* CONFIG_BLK_INLINE_ENCRYPTION, v5.8 */
+	void *bi_crypt_context;
+} __attribute__((preserve_access_index));
+
+/*
+ * Removed in v5.18 and back in v6.9: commit 449813515d3e ("block, fs: Restore the
+ * per-bio/request data lifetime fields").
+ */
+struct bio___with_write_hint {
+	__u8 bi_write_hint; /* an enum of 1 byte today, of 4 or 2 bytes before: read by its real size */
+} __attribute__((preserve_access_index));
+
+struct bio___with_blkg { /* CONFIG_BLK_CGROUP */
+	struct blkcg_gq *bi_blkg;
+} __attribute__((preserve_access_index));
+
 /* The kernel's dev_t encoding (MKDEV in include/linux/kdev_t.h), as tracepoints pass it. */
 #define MW_MINORBITS 20
 #define MW_MKDEV(ma, mi) (((__u32)(ma) << MW_MINORBITS) | (__u32)(mi))
@@ -62,8 +79,20 @@ static __always_inline struct gendisk *MW_FN(mw_bio_disk)(struct bio *bio)
 	return MW_READ(bio, bi_bdev, bd_disk);
 }
 
-/* The dev_t of the block device (partition or whole disk) a bio is addressed to. */
-static __always_inline __u32 MW_FN(mw_bio_devt)(struct bio *bio)
+/* The dev_t of the whole disk a bio is addressed to (never a partition). */
+static __always_inline __u32 MW_FN(mw_bio_disk_devt)(struct bio *bio)
+{
+	struct gendisk *disk = MW_FN(mw_bio_disk)(bio);
+
+	return MW_MKDEV(MW_READ(disk, major), MW_READ(disk, first_minor));
+}
+
+/*
+ * The dev_t of the partition (or whole disk) a bio is addressed to. Before v5.12,
+ * first_minor + bi_partno (extended dev_t partitions had other numbers; a miss there only
+ * loses the origin of a partition's chain).
+ */
+static __always_inline __u32 MW_FN(mw_bio_partition_devt)(struct bio *bio)
 {
 	struct bio___with_bi_disk *old = (void *)bio;
 

@@ -14,6 +14,7 @@
 #include <bpf/bpf_core_read.h>
 
 #include "mergewatch/abi.h"
+#include "mergewatch/merge_rules.h"
 /* MW_DIRECT_READ(src, a, b, c) is src->a->b->c: BPF_CORE_READ's spelling for plain loads. */
 #define MW_NARG(...) MW_NARG_(__VA_ARGS__, 5, 4, 3, 2, 1, 0)
 #define MW_NARG_(_1, _2, _3, _4, _5, N, ...) N
@@ -102,9 +103,8 @@ static __always_inline bool slot_claimable(const struct mw_inflight *slot, __u64
  * NULL when neither way holds or can hold it. Two CPUs claiming one free slot at once
  * leave one request untimed (its completion counts as complete_without_issue).
  */
-static __always_inline struct mw_inflight *inflight_slot(void *request, __u64 now, bool claim)
+static __always_inline struct mw_inflight *inflight_slot_of(__u64 rq, __u64 now, bool claim)
 {
-	__u64 rq = pointer_value(request);
 	/* Fibonacci hashing; the low 6 bits of a request pointer carry no information. */
 	__u32 way0 = (__u32)(((rq >> 6) * 0x9E3779B97F4A7C15ull) >> (64 - inflight_slot_bits));
 	__u32 way1 = way0 ^ 1;
@@ -132,7 +132,13 @@ static __always_inline struct mw_inflight *inflight_slot(void *request, __u64 no
 	a->rq = rq;
 	a->insert_ns = 0;
 	a->issue_ns = 0;
+	a->bytes = 0;
 	return a;
+}
+
+static __always_inline struct mw_inflight *inflight_slot(void *request, __u64 now, bool claim)
+{
+	return inflight_slot_of(pointer_value(request), now, claim);
 }
 
 struct {
@@ -143,35 +149,91 @@ struct {
 } event_counts SEC(".maps");
 
 /*
- * The newest request created on each queue that has not been dispatched yet. A bio that
- * needs a new request (block_getrq) although it continues this one is a merge that was
- * possible and did not happen: the two met while still mergeable, in a plug or in the
- * scheduler's queue. One slot per queue, indexed by its id (below).
+ * Missed merges follow the kernel's two units of merging (block/blk-merge.c, blk-mq.c):
+ *
+ * 1. The submitting task's plug. blk_attempt_plug_merge() tries a new bio against one
+ *    request only: the newest request of the bio's queue in current->plug. So does this:
+ *    per CPU, a slot chosen by the plug's address and the queue, tagged with both and
+ *    the plug's rq_count when that request was created. The request is still in the plug
+ *    (not flushed) exactly when the plug now holds one request more. A task that migrates
+ *    to another CPU, or whose slot another plugging task took meanwhile, finds a foreign
+ *    tag and starts a new run: an undercount, never a merge claimed across two tasks'
+ *    plugs (no setting merges those). Plugs live on kernel stacks (16 KiB apart and
+ *    aligned), so the stack's address above bit 14 tells tasks apart.
+ * 2. With an I/O scheduler, the scheduler's queue, shared by every task: elv_merge()
+ *    finds a back-merge candidate by its end sector (elv_rqhash). sched_queued is that
+ *    hash: requests are entered at block_rq_insert under (queue, end sector) and removed
+ *    at dispatch; a hit is confirmed by request identity (the in-flight table still shows
+ *    that request inserted and not issued), so an entry left by a request that was merged
+ *    away or grew by a back merge can never count.
  */
-struct pending_request {
-	__u64 start_sector;
-	__u64 end_sector;
-	__u32 queue_id; /* request_queue->id + 1 of the owner; 0 = never used */
-	__u32 op;
-	__u32 issued;
-	__u32 run_sectors; /* the contiguous run merging could have built, so far */
-	__u32 run_segments;
+struct plug_slot {
+	__u64 plug;     /* struct blk_plug pointer of the task; 0: the request was not plugged */
+	__u32 queue_id; /* request_queue->id + 1; 0 = never used */
+	__u32 rq_count; /* plug->rq_count just before the request was added */
+	__u32 missed;   /* the run already holds a missed merge (counted in missed_merge_runs) */
 	__u32 pad;
+	struct mw_merge_side run; /* the request as merging would have built it */
 };
 
-/*
- * Indexed by the queue's id (unique among live queues, allocated low first); the slot
- * records whose it is. An array slot costs a memory access where an LRU hash lookup
- * cost ~40 ns, and this is looked up twice per request.
- */
-#define MW_PENDING_SLOTS 1024
+#define MW_PLUG_SLOTS 16
+
+static __always_inline __u32 plug_slot_index(__u64 plug_id, __u32 queue_id)
+{
+	return (__u32)((plug_id >> 14) ^ (plug_id >> 24) ^ queue_id) & (MW_PLUG_SLOTS - 1);
+}
 
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, MW_PENDING_SLOTS);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MW_PLUG_SLOTS);
 	__type(key, __u32);
-	__type(value, struct pending_request);
-} pending_requests SEC(".maps");
+	__type(value, struct plug_slot);
+} plug_slots SEC(".maps");
+
+struct sched_key {
+	__u32 queue_id;
+	__u32 pad;
+	__u64 end_sector;
+};
+
+struct sched_entry {
+	__u64 rq; /* request pointer, the identity checked against the in-flight table */
+	__u32 missed;
+	__u32 pad;
+	struct mw_merge_side run;
+};
+
+#define MW_SCHED_ENTRIES 16384
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MW_SCHED_ENTRIES);
+	__type(key, struct sched_key);
+	__type(value, struct sched_entry);
+} sched_queued SEC(".maps");
+
+/* Scratch for building a new slot's or entry's value: too large for the BPF stack twice. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sched_entry);
+} sched_scratch SEC(".maps");
+
+/* The kernel's __REQ_* bit for `name`, mapped to MW_F_* at load time (CO-RE enum relocation). */
+#define MW_REQ_FLAG(opf, name, mw_flag)                                                            \
+	((bpf_core_enum_value_exists(enum req_flag_bits, name) &&                                   \
+	  (((__u64)(opf) >> bpf_core_enum_value(enum req_flag_bits, name)) & 1))                    \
+		 ? (mw_flag)                                                                        \
+		 : 0u)
+
+static __always_inline __u32 mw_norm_flags(__u64 opf)
+{
+	return MW_REQ_FLAG(opf, __REQ_NOMERGE, MW_F_NOMERGE) | MW_REQ_FLAG(opf, __REQ_FUA, MW_F_FUA) |
+	       MW_REQ_FLAG(opf, __REQ_PREFLUSH, MW_F_PREFLUSH) |
+	       MW_REQ_FLAG(opf, __REQ_INTEGRITY, MW_F_INTEGRITY) | MW_REQ_FLAG(opf, __REQ_META, MW_F_META) |
+	       MW_REQ_FLAG(opf, __REQ_SWAP, MW_F_SWAP) | MW_REQ_FLAG(opf, __REQ_ATOMIC, MW_F_ATOMIC);
+}
 
 /*
  * The remap chain, one hop at a time: each block_bio_remap leaves (the device and sector
@@ -233,16 +295,20 @@ static __always_inline void hist_add(__u64 *slots, __u64 *sum, __u64 value, __u3
 /* tp_btf: typed arguments, direct loads */
 #define MW_FN(name) name##_btf
 #define MW_READ MW_DIRECT_READ
+#define MW_CURRENT_TASK() bpf_get_current_task_btf()
 #include "handlers.bpf.h"
 #undef MW_FN
 #undef MW_READ
+#undef MW_CURRENT_TASK
 
 /* raw_tp fallback: the same handlers reading through bpf_probe_read_kernel */
 #define MW_FN(name) name##_raw
 #define MW_READ BPF_CORE_READ
+#define MW_CURRENT_TASK() ((struct task_struct *)bpf_get_current_task())
 #include "handlers.bpf.h"
 #undef MW_FN
 #undef MW_READ
+#undef MW_CURRENT_TASK
 
 /* Constant-offset context reads: the verifier rejects a variable index into ctx. */
 #define RQ_ARG(ctx) ((struct request *)(targ_rq_arg ? (ctx)[1] : (ctx)[0]))

@@ -262,12 +262,20 @@ size_t BpfProbes::attached_count() const {
   return links_.size() + (bio_queue_link_ != nullptr ? 1 : 0);
 }
 
+// Exact while devices go away: bpf_map_get_next_key() on a key deleted under the walk
+// restarts at the first key, and every key before it would be summed twice (a doubled
+// counter, then a "reset" on the next scrape). Only the daemon deletes keys of dev_stats
+// and origin_stats (Forget; the BPF programs never do), so a walk is exact if no Forget
+// runs during it: both hold maps_mutex_. Batch lookups were the other choice; they still
+// race the deleter (-ENOENT mid-batch on a deleted bucket), and the walk of a few dozen
+// keys is short. The seen-sets keep even a restarted walk from adding a key twice.
 Snapshot BpfProbes::Read() {
   Snapshot snapshot;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     snapshot.programs = programs_;
   }
+  std::lock_guard<std::mutex> maps_lock(maps_mutex_);
   const int ncpus = libbpf_num_possible_cpus();
   if (ncpus <= 0) throw std::runtime_error("cannot count possible CPUs");
 
@@ -280,7 +288,9 @@ Snapshot BpfProbes::Read() {
     key = next;
     // A key deleted between get_next_key and lookup is skipped, not an error.
     if (bpf_map_lookup_elem(stats_fd, &key, per_cpu.data()) != 0) continue;
-    mw_dev_stats& total = snapshot.stats[DevOpKey{key.major, key.minor, key.op, key.diskseq}];
+    auto [it, fresh] = snapshot.stats.try_emplace(DevOpKey{key.major, key.minor, key.op, key.diskseq}, mw_dev_stats{});
+    if (!fresh) continue;  // a restarted walk: this key is summed already
+    mw_dev_stats& total = it->second;
     for (const mw_dev_stats& cpu : per_cpu) AccumulateStats(cpu, &total);
   }
 
@@ -292,8 +302,11 @@ Snapshot BpfProbes::Read() {
     first = false;
     okey = onext;
     if (bpf_map_lookup_elem(origin_fd, &okey, origin_per_cpu.data()) != 0) continue;
-    mw_origin_stats& total = snapshot.origins[OriginKey{okey.major, okey.minor, okey.origin_major,
-                                                        okey.origin_minor, okey.op, okey.diskseq}];
+    auto [oit, ofresh] = snapshot.origins.try_emplace(
+        OriginKey{okey.major, okey.minor, okey.origin_major, okey.origin_minor, okey.op, okey.diskseq},
+        mw_origin_stats{});
+    if (!ofresh) continue;
+    mw_origin_stats& total = oit->second;
     for (const mw_origin_stats& cpu : origin_per_cpu) {
       total.requests += cpu.requests;
       total.missed_merges += cpu.missed_merges;
@@ -310,6 +323,7 @@ Snapshot BpfProbes::Read() {
 }
 
 void BpfProbes::Forget(const StaleKeys& keys) {
+  std::lock_guard<std::mutex> maps_lock(maps_mutex_);  // never under a Read's walk (see Read)
   int stats_fd = bpf_map__fd(skel_->maps.dev_stats);
   for (const DevOpKey& k : keys.stats) {
     mw_dev_key key{k.major, k.minor, k.op, 0, k.diskseq};

@@ -74,6 +74,7 @@ class BpfProbes final : public SnapshotSource {
   mergewatch_bpf* skel_ = nullptr;
   std::vector<struct bpf_link*> links_;
   mutable std::mutex mutex_;  // programs_ and the bio_queue link: the main loop changes them, scrapes read
+  std::mutex maps_mutex_;     // a map walk (Read) and key deletion (Forget) never overlap
   std::vector<ProgramStatus> programs_;
   struct bpf_program* bio_queue_program_ = nullptr;
   struct bpf_link* bio_queue_link_ = nullptr;

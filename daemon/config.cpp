@@ -90,7 +90,8 @@ ParseResult ParseFlags(int argc, const char* const* argv) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_option("--collapse.min-small-share", policy.min_small_share,
-                 "Share of requests of at most 4 KiB needed")
+                 "Deprecated, ignored (accepted so old command lines still start): the size rule is "
+                 "--collapse.min-run-size-ratio")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--collapse.min-missed-share", policy.min_missed_share,
@@ -103,6 +104,11 @@ ParseResult ParseFlags(int argc, const char* const* argv) {
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--collapse.min-upper-size-ratio", policy.min_upper_size_ratio,
                  "How much larger the upper device's bios must be than the disk's requests")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--collapse.min-run-size-ratio", policy.min_run_size_ratio,
+                 "How much larger than the disk's mean request the requests merging would have built must be "
+                 "(the contiguous runs the missed merges formed)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--version", show_version, "Print the version and exit");
@@ -118,6 +124,10 @@ ParseResult ParseFlags(int argc, const char* const* argv) {
     result.output = std::string("mergewatchd: ") + e.what() + "\nRun 'mergewatchd --help' for the flags.\n";
     return result;
   }
+  if (app.count("--collapse.min-small-share") > 0)
+    config.deprecated_flags.push_back(
+        "--collapse.min-small-share is deprecated and ignored: the detector compares the requests' size with "
+        "what merging would have built (--collapse.min-run-size-ratio), so that 8 and 16 KiB pieces count too");
   if (show_version) {
     result.output = "mergewatchd " + VersionString() + "\n";
     return result;

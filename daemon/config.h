@@ -30,6 +30,8 @@ struct Config {
   // Tests only (hidden flag): the main loop returns an error after this many ticks, so the
   // error exit path runs with scrapes in flight.
   uint32_t fail_after_ticks = 0;
+  // Flags given that no longer do anything: logged at start as warnings.
+  std::vector<std::string> deprecated_flags;
 };
 
 // Outcome of parsing: run with `config`, or exit with `exit_code` after printing

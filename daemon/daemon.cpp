@@ -74,9 +74,9 @@ class TopologyKeeper {
     if (since >= refresh_ || (unknown && since >= std::chrono::seconds(1))) Rescan();
   }
   // The device at major:minor in the last scan, and the same incarnation of it.
+  // A multipath path disk's key is known while its head is (its data counts under the head).
   bool Knows(uint32_t major, uint32_t minor, uint64_t diskseq) const {
-    const BlockDevice* device = current_->Find(major, minor);
-    return device != nullptr && (diskseq == 0 || device->diskseq == 0 || device->diskseq == diskseq);
+    return current_->CountedUnder(major, minor, diskseq) != nullptr;
   }
   std::shared_ptr<const Topology> current() const { return current_; }
   static TimePoint Now() { return std::chrono::steady_clock::now().time_since_epoch(); }
@@ -235,6 +235,7 @@ int RunDaemon(const Config& config) {
   LogInfo("starting mergewatchd " + VersionString() + " on kernel " + KernelRelease());
   SdNotify("STATUS=starting");
   RaiseFileLimit();
+  for (const std::string& warning : config.deprecated_flags) LogWarn(warning);
 
   std::string error;
   HttpOptions http;

@@ -69,10 +69,9 @@ std::vector<CollapseEvent> CollapseDetector::Update(TimePoint now, const Snapsho
                                                     const Topology& topology) {
   Sample sample{now, {}};
   // Data of a device's predecessor at the same major:minor (older diskseq) is not its own.
+  // A native NVMe multipath path disk's requests count under its head namespace.
   const auto same_device = [&topology](uint32_t major, uint32_t minor, uint64_t diskseq) -> const BlockDevice* {
-    const BlockDevice* device = topology.Find(major, minor);
-    if (device == nullptr || (diskseq != 0 && device->diskseq != 0 && device->diskseq != diskseq)) return nullptr;
-    return device;
+    return topology.CountedUnder(major, minor, diskseq);
   };
   for (const auto& [key, stats] : snapshot.origins) {
     const BlockDevice* device = same_device(key.major, key.minor, key.diskseq);
@@ -93,6 +92,8 @@ std::vector<CollapseEvent> CollapseDetector::Update(TimePoint now, const Snapsho
     }
     t.request_bytes += stats.size_sum_bytes;
     t.missed += stats.missed_merges;
+    t.runs += stats.missed_merge_runs;
+    t.run_bytes += stats.missed_merge_run_bytes;
     t.back_merges += stats.back_merges;
     t.merges += stats.back_merges + stats.front_merges;
   }
@@ -113,6 +114,7 @@ std::vector<CollapseEvent> CollapseDetector::Update(TimePoint now, const Snapsho
     Totals delta{Sub(totals.requests, before.requests), Sub(totals.small_requests, before.small_requests),
                  Sub(totals.request_bytes, before.request_bytes), Sub(totals.missed, before.missed),
                  Sub(totals.back_merges, before.back_merges), Sub(totals.merges, before.merges),
+                 Sub(totals.runs, before.runs), Sub(totals.run_bytes, before.run_bytes),
                  Sub(totals.bios, before.bios), Sub(totals.bio_bytes, before.bio_bytes), {}};
     for (const auto& [origin, count] : totals.origin_requests) {
       auto was = before.origin_requests.find(origin);
@@ -181,6 +183,14 @@ CollapseEvidence CollapseDetector::Evaluate(const std::string& disk, const Total
   e.merge_share = Ratio(static_cast<double>(delta.merges), static_cast<double>(delta.requests + delta.merges));
   e.back_merges_per_second = Ratio(static_cast<double>(delta.back_merges), seconds);
   e.mean_request_bytes = Ratio(static_cast<double>(delta.request_bytes), static_cast<double>(delta.requests));
+  e.runs_reported = delta.runs > 0;
+  if (e.runs_reported) {
+    e.merged_request_bytes = Ratio(static_cast<double>(delta.run_bytes), static_cast<double>(delta.runs));
+  } else if (delta.missed > 0) {
+    // Every run starts with a request that was not a missed merge: at least as many runs.
+    const uint64_t run_heads = delta.requests > delta.missed ? delta.requests - delta.missed : 1;
+    e.merged_request_bytes = e.mean_request_bytes * static_cast<double>(delta.requests) / static_cast<double>(run_heads);
+  }
 
   // The upper device the disk's requests came from, by the remap chain: the device they
   // were first submitted to (for an LVM snapshot the snapshot itself, not the -real/-cow
@@ -224,9 +234,13 @@ CollapseEvidence CollapseDetector::Evaluate(const std::string& disk, const Total
 
 bool CollapseDetector::Condition(const CollapseEvidence& e) const {
   if (e.requests_per_second < policy_.min_requests_per_second) return false;
-  if (e.small_share < policy_.min_small_share) return false;
   if (e.missed_share < policy_.min_missed_share) return false;
   if (e.merge_share > policy_.max_merge_share) return false;
+  // The harm is many requests where merging would have built few large ones, whatever the
+  // size of each: relative, so 8 and 16 KiB snapshot chunks count like 4 KiB ones, and
+  // requests already near the queue limits (runs capped there) never do.
+  if (e.merged_request_bytes < policy_.min_run_size_ratio * e.mean_request_bytes || e.mean_request_bytes <= 0)
+    return false;
   const bool upper_is_larger =
       e.upper_mean_bio_bytes >= policy_.min_upper_size_ratio * e.mean_request_bytes && e.upper_mean_bio_bytes > 0;
   if (policy_.require_upper != UpperRequirement::kNone) return !e.upper.empty() && upper_is_larger;
@@ -237,27 +251,49 @@ bool CollapseDetector::Condition(const CollapseEvidence& e) const {
 std::string CollapseDetector::Describe(bool onset, const std::string& disk, const CollapseEvidence& e,
                                        const Topology& topology) const {
   const BlockDevice* device = topology.FindByName(disk);
-  const int nomerges = device != nullptr ? device->queue.nomerges : -1;
-  std::string evidence = Percent(e.small_share) + " of " + Number(e.requests_per_second) +
-                         " requests/s at most 4 KiB, " + Percent(e.missed_share) + " missed merges, " +
-                         Number(e.back_merges_per_second, "%.1f") + " back merges/s, mean request " +
-                         Number(e.mean_request_bytes) + " bytes";
+  int nomerges = device != nullptr ? device->queue.nomerges : -1;
+  // A native NVMe multipath head is bio-based: merging happens in its path disks' queues,
+  // so theirs are the nomerges that matter (the same value on all, or the worst one).
+  std::vector<std::string> queues{disk};
+  if (device != nullptr && !device->multipath_paths.empty()) {
+    queues = device->multipath_paths;
+    nomerges = -1;
+    for (const std::string& path : queues) {
+      const BlockDevice* p = topology.FindByName(path);
+      if (p != nullptr) nomerges = std::max(nomerges, p->queue.nomerges);
+    }
+  }
+  std::string evidence = Number(e.requests_per_second) + " requests/s, " + Percent(e.missed_share) +
+                         " missed merges, " + Number(e.back_merges_per_second, "%.1f") +
+                         " back merges/s, mean request " + Number(e.mean_request_bytes) +
+                         " bytes where merging would have built " + Number(e.merged_request_bytes) + " (" +
+                         (e.runs_reported ? "contiguous runs" : "estimated from the missed share") + "), " +
+                         Percent(e.small_share) + " at most 4 KiB";
   if (!e.upper.empty() && e.upper_request_share > 0)
     evidence += ", " + Percent(e.upper_request_share) + " of them remapped from " + e.upper;
   if (!e.upper.empty() && e.upper_mean_bio_bytes > 0)
     evidence += ", " + e.upper + " receives " + Number(e.upper_mean_bio_bytes) + "-byte bios";
   std::string where = disk + (e.upper.empty() ? "" : " (under " + e.upper + ")");
-  const std::string nomerges_path = "/sys/block/" + disk + "/queue/nomerges";
+  if (queues.size() > 1 || queues[0] != disk) {
+    where += " (multipath paths";
+    for (const std::string& q : queues) where += " " + q;
+    where += ")";
+  }
+  std::string queue_names, nomerges_path;
+  for (const std::string& q : queues) {
+    queue_names += (queue_names.empty() ? "" : ",") + q;
+    nomerges_path += (nomerges_path.empty() ? "" : " ") + ("/sys/block/" + q + "/queue/nomerges");
+  }
   if (!onset) {
     return "merge collapse cleared on " + where + ": " + evidence + "; nomerges=" + std::to_string(nomerges) +
-           " on " + disk;
+           " on " + queue_names;
   }
   std::string cause, remedy;
   if (nomerges == 2) {
-    cause = "nomerges=2 on " + disk + " (the block layer attempts no merge at all)";
-    remedy = "echo 0 > " + nomerges_path;
+    cause = "nomerges=2 on " + queue_names + " (the block layer attempts no merge at all)";
+    remedy = queues.size() == 1 ? "echo 0 > " + nomerges_path : "for q in " + nomerges_path + "; do echo 0 > $q; done";
   } else if (nomerges >= 0) {
-    cause = "nomerges=" + std::to_string(nomerges) + " on " + disk +
+    cause = "nomerges=" + std::to_string(nomerges) + " on " + queue_names +
             " allows merging, yet contiguous requests went down separately: the bios may be marked "
             "unmergeable (REQ_NOMERGE) by a layer above";
     remedy = "check the stacking driver and kernel for a merge fix; nomerges is not the cause";

@@ -35,10 +35,14 @@ struct CollapsePolicy {
   Duration raise_after = std::chrono::seconds(5);
   Duration clear_after = std::chrono::seconds(30);
   double min_requests_per_second = 50;      // an idle or nearly idle disk never fires
-  double min_small_share = 0.8;             // share of dispatched requests of at most 8 sectors
+  // Deprecated, ignored: the size rule is relative now (min_run_size_ratio), so that 8 and
+  // 16 KiB requests that should have been merged page like 4 KiB ones. Kept so that
+  // --collapse.min-small-share still parses.
+  double min_small_share = 0.8;
   double min_missed_share = 0.5;            // share of requests that were a missed merge
   double max_merge_share = 0.05;            // merged bios / (requests + merged bios): about zero
   double min_upper_size_ratio = 4;          // upper mean bio size / lower mean request size
+  double min_run_size_ratio = 4;            // size merging would have built / mean request size
 };
 
 // What the detector saw on one disk over the window: the alert's evidence.
@@ -51,6 +55,12 @@ struct CollapseEvidence {
   double merge_share = 0;
   double back_merges_per_second = 0;
   double mean_request_bytes = 0;
+  // The size merging would have built: the mean contiguous run the missed merges formed
+  // (missed_merge_run_bytes / missed_merge_runs, capped by the queue limits in BPF). Without
+  // run data (runs_reported false), estimated as requests / (requests - missed) requests of
+  // the mean size: each run has one request that was not a missed merge, its first.
+  double merged_request_bytes = 0;
+  bool runs_reported = false;
   // The upper device the disk's requests came from (block_bio_remap chain), or without
   // remapped requests in the window the one with the largest bios; "" if none.
   std::string upper;
@@ -88,6 +98,7 @@ class CollapseDetector {
  private:
   struct Totals {  // cumulative, read and write summed
     uint64_t requests = 0, small_requests = 0, request_bytes = 0, missed = 0, back_merges = 0, merges = 0;
+    uint64_t runs = 0, run_bytes = 0;
     uint64_t bios = 0, bio_bytes = 0;
     std::map<std::string, uint64_t> origin_requests;  // requests created here, by remap origin
   };

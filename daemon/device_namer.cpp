@@ -27,6 +27,28 @@ uint64_t ReadDiskseq(const std::string& sysfs_root, const std::string& rel) {
 
 }  // namespace
 
+// A key without a dev/block link may be a native NVMe multipath path disk (hidden, no dev_t
+// in sysfs): its requests are named after the head namespace, found by the key's diskseq.
+// The cache is checked against the path's diskseq file, one read, before it is trusted.
+std::optional<std::string> SysfsDeviceNamer::HiddenPathHead(std::pair<uint32_t, uint32_t> key, uint64_t diskseq) {
+  auto it = cache_.find(key);
+  if (diskseq == 0) {
+    if (it != cache_.end()) cache_.erase(it);
+    return std::nullopt;
+  }
+  if (it != cache_.end() && it->second.hidden_diskseq == diskseq &&
+      ReadDiskseq(sysfs_root_, "block/" + it->second.link_target + "/diskseq") == diskseq)
+    return it->second.name;
+  std::optional<BlockDevice> path = ResolveHiddenDisk(sysfs_root_, diskseq, nullptr);
+  // The head must be a visible device of its own, or there is no series to count under.
+  if (!path || access((sysfs_root_ + "/block/" + path->multipath_head + "/dev").c_str(), F_OK) != 0) {
+    if (it != cache_.end()) cache_.erase(it);
+    return std::nullopt;
+  }
+  cache_[key] = Entry{path->name, path->multipath_head, diskseq};
+  return path->multipath_head;
+}
+
 std::optional<std::string> SysfsDeviceNamer::NameOf(uint32_t major, uint32_t minor, uint64_t diskseq) {
   const std::string rel = "dev/block/" + std::to_string(major) + ":" + std::to_string(minor);
   // readlink never opens its target: it cannot block.
@@ -37,19 +59,17 @@ std::optional<std::string> SysfsDeviceNamer::NameOf(uint32_t major, uint32_t min
   }
   std::lock_guard<std::mutex> lock(mutex_);
   auto key = std::make_pair(major, minor);
-  if (!target) {
-    cache_.erase(key);
-    return std::nullopt;
-  }
+  if (!target) return HiddenPathHead(key, diskseq);
   auto it = cache_.find(key);
-  if (it != cache_.end() && it->second.link_target == *target) return it->second.name;
+  if (it != cache_.end() && it->second.hidden_diskseq == 0 && it->second.link_target == *target)
+    return it->second.name;
 
   std::optional<BlockDevice> device = ResolveDevice(sysfs_root_, major, minor, nullptr);
   if (!device) {
     cache_.erase(key);
     return std::nullopt;
   }
-  cache_[key] = Entry{*target, device->name};
+  cache_[key] = Entry{*target, device->name, 0};
   return device->name;
 }
 

@@ -23,7 +23,9 @@ class DeviceNamer {
 // Resolves through <sysfs>/dev/block/M:m. A device seen for the first time is resolved
 // then; each lookup re-reads the symlink (one syscall) and, for a diskseq, the disk's
 // diskseq file, so a major:minor reused by another device gets the new name at once and
-// its predecessor's data is dropped. Thread-safe.
+// its predecessor's data is dropped. A key of a native NVMe multipath path disk (hidden, no
+// dev/block link) is named after its head namespace: path requests count under the head.
+// Thread-safe.
 class SysfsDeviceNamer final : public DeviceNamer {
  public:
   explicit SysfsDeviceNamer(std::string sysfs_root) : sysfs_root_(std::move(sysfs_root)) {}
@@ -31,9 +33,11 @@ class SysfsDeviceNamer final : public DeviceNamer {
 
  private:
   struct Entry {
-    std::string link_target;
+    std::string link_target;  // for a hidden path disk: its name under block/
     std::string name;
+    uint64_t hidden_diskseq = 0;  // non-zero: a hidden path disk's entry
   };
+  std::optional<std::string> HiddenPathHead(std::pair<uint32_t, uint32_t> key, uint64_t diskseq);
   std::string sysfs_root_;
   std::mutex mutex_;
   std::map<std::pair<uint32_t, uint32_t>, Entry> cache_;

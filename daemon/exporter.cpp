@@ -44,7 +44,7 @@ ClientMetric CounterValue(std::vector<ClientMetric::Label> labels, double value)
 constexpr double kNanosecondsPerSecond = 1e9;
 
 const char* const kCounterNames[MW_CNT_MAX] = {"inflight_map_full", "device_map_full", "complete_without_issue",
-                                               "request_without_disk", "origin_map_full"};
+                                               "request_without_disk", "origin_map_full", "flush", "passthrough"};
 
 // One sysfs lookup per device and scrape, however many ops and origins it has.
 class ScrapeNames {
@@ -111,9 +111,18 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
                                "Bios merged into an existing request (block_bio_backmerge/frontmerge).",
                                MetricType::Counter);
   MetricFamily missed = Family("mergewatch_missed_merges_total",
-                               "Requests dispatched separately although contiguous with the previous request of the "
-                               "same plug flush and within the queue limits: merges that were possible and did not happen.",
+                               "New requests for bios the kernel could have back-merged and did not: contiguous with the "
+                               "newest request of the same queue in the submitting task's plug, or with a request in the "
+                               "I/O scheduler, and mergeable by the kernel's rules (flags, cgroup, priority, limits).",
                                MetricType::Counter);
+  MetricFamily missed_runs = Family("mergewatch_missed_merge_runs_total",
+                                    "Runs of contiguous mergeable bios (one plug or scheduler queue) that held at "
+                                    "least one missed merge: the requests merging would have built.",
+                                    MetricType::Counter);
+  MetricFamily missed_run_bytes = Family("mergewatch_missed_merge_run_bytes_total",
+                                         "Bytes of those runs, each capped by the queue limits: divided by "
+                                         "mergewatch_missed_merge_runs_total, the request size merging would have built.",
+                                         MetricType::Counter);
 
   for (const auto& [labels, stats] : by_label) {
     std::vector<ClientMetric::Label> base = {{"device", labels.first}, {"op", labels.second}};
@@ -135,6 +144,8 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
                                   MW_LAT_MIN_SHIFT, kNanosecondsPerSecond);
       if (m.histogram.sample_count > 0) queue_latency.metric.push_back(m);
       missed.metric.push_back(CounterValue(base, static_cast<double>(stats.missed_merges)));
+      missed_runs.metric.push_back(CounterValue(base, static_cast<double>(stats.missed_merge_runs)));
+      missed_run_bytes.metric.push_back(CounterValue(base, static_cast<double>(stats.missed_merge_run_bytes)));
     }
     if (issued > 0 || stats.back_merges > 0 || stats.front_merges > 0) {
       auto back = base, front = base;
@@ -162,7 +173,9 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
   for (const auto& [key, stats] : snapshot.origins) {
     std::optional<std::string> device = names.Of(key.major, key.minor, key.diskseq);
     std::optional<std::string> origin = names.Of(key.origin_major, key.origin_minor, 0);
-    if (!device || !origin) continue;
+    // A multipath path's requests come remapped from its own head, under whose name they
+    // already count: that is no stacked device, and "origin = device" would say nothing.
+    if (!device || !origin || *device == *origin) continue;
     mw_origin_stats& total = by_origin[{*device, *origin, OpLabel(key.op)}];
     total.requests += stats.requests;
     total.missed_merges += stats.missed_merges;
@@ -187,16 +200,24 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
     programs.metric.push_back(GaugeValue({{"tracepoint", p.tracepoint}, {"mode", p.mode}}, p.attached ? 1 : 0));
 
   MetricFamily events = Family("mergewatch_bpf_events_dropped_total",
-                               "Events the BPF programs could not account, by reason. complete_without_issue also "
-                               "counts requests in flight when the daemon started.",
+                               "Events the BPF programs could not account, by reason. complete_without_issue counts "
+                               "data completions whose dispatch was not seen (requests in flight when the daemon "
+                               "started); flushes and passthrough commands are not in it.",
                                MetricType::Counter);
-  for (int i = 0; i < MW_CNT_MAX; ++i)
+  for (int i = 0; i < MW_CNT_FIRST_NOT_LOST; ++i)
     events.metric.push_back(
         CounterValue({{"reason", kCounterNames[i]}}, static_cast<double>(snapshot.event_counts[i])));
+  MetricFamily not_io = Family("mergewatch_non_io_requests_total",
+                               "Requests dispatched that are not block I/O and are in no size or latency histogram: "
+                               "flush (REQ_OP_FLUSH, empty flushes and the flush sequences of FUA/PREFLUSH writes), "
+                               "passthrough (SG_IO, NVMe admin and ioctl commands).",
+                               MetricType::Counter);
+  for (int i = MW_CNT_FIRST_NOT_LOST; i < MW_CNT_MAX; ++i)
+    not_io.metric.push_back(CounterValue({{"kind", kCounterNames[i]}}, static_cast<double>(snapshot.event_counts[i])));
 
   MetricFamily capacity = Family("mergewatch_bpf_inflight_capacity",
                                  "Slots of the in-flight table (--bpf.inflight-entries rounded up to a power of two); "
-                                 "each request may use one of two, a request finding both busy is not timed.",
+                                 "each request may use one of two, a request finding both busy is not counted (inflight_map_full).",
                                  MetricType::Gauge);
   capacity.metric.push_back(GaugeValue({}, status.inflight_capacity));
 
@@ -207,8 +228,9 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
   unresolved_family.metric.push_back(GaugeValue({}, static_cast<double>(unresolved.size())));
 
   std::vector<MetricFamily> families;
-  for (MetricFamily* f : {&size, &latency, &queue_latency, &bio_size, &merges, &missed, &remapped, &remapped_missed,
-                          &build, &programs, &events, &capacity, &unresolved_family})
+  for (MetricFamily* f : {&size, &latency, &queue_latency, &bio_size, &merges, &missed, &missed_runs,
+                          &missed_run_bytes, &remapped, &remapped_missed, &build, &programs, &events, &not_io,
+                          &capacity, &unresolved_family})
     families.push_back(std::move(*f));
   return families;
 }

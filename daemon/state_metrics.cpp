@@ -81,6 +81,9 @@ std::vector<MetricFamily> CollapseFamilies(const std::vector<DiskVerdict>& verdi
                                     "Bios back-merged per second over the window.");
   MetricFamily lower = GaugeFamily("mergewatch_collapse_lower_request_bytes",
                                    "Mean size of the requests the disk dispatched over the window.");
+  MetricFamily merged = GaugeFamily("mergewatch_collapse_merged_request_bytes",
+                                    "Mean size merging would have built over the window: the contiguous runs the "
+                                    "missed merges formed (0 without missed merges).");
   MetricFamily upper = GaugeFamily("mergewatch_collapse_upper_bio_bytes",
                                    "Mean size of the bios the upper device received over the window.");
   MetricFamily upper_share = GaugeFamily("mergewatch_collapse_upper_request_ratio",
@@ -95,12 +98,13 @@ std::vector<MetricFamily> CollapseFamilies(const std::vector<DiskVerdict>& verdi
     AddGauge(&missed, {{"device", v.device}}, e.missed_share);
     AddGauge(&merges, {{"device", v.device}}, e.back_merges_per_second);
     AddGauge(&lower, {{"device", v.device}}, e.mean_request_bytes);
+    AddGauge(&merged, {{"device", v.device}}, e.merged_request_bytes);
     if (!e.upper.empty()) {
       AddGauge(&upper, {{"device", v.device}, {"upper", e.upper}}, e.upper_mean_bio_bytes);
       AddGauge(&upper_share, {{"device", v.device}, {"upper", e.upper}}, e.upper_request_share);
     }
   }
-  return {collapse, condition, rate, small, missed, merges, lower, upper, upper_share};
+  return {collapse, condition, rate, small, missed, merges, lower, merged, upper, upper_share};
 }
 
 void StateCollector::Publish(std::shared_ptr<const Topology> topology, std::vector<DiskVerdict> verdicts) {

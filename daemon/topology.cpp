@@ -443,19 +443,27 @@ void ReadDmInfo(const SysfsTree& tree, const std::string& rel, BlockDevice* devi
 std::optional<BlockDevice> ReadDevice(const SysfsTree& tree, const std::string& rel,
                                       const QueueSettings* disk_queue) {
   const std::optional<std::string> dev_text = tree.ReadAttr(rel + "/dev");
-  if (!dev_text) {
-    tree.Warn(rel, "no dev file, skipped");
-    return std::nullopt;
-  }
-  const auto dev_number = ParseDevNumber(*dev_text);
-  if (!dev_number) {
-    tree.Warn(rel + "/dev", "malformed value \"" + *dev_text + "\", device skipped");
-    return std::nullopt;
-  }
   BlockDevice device;
-  device.major = dev_number->first;
-  device.minor = dev_number->second;
   device.name = Basename(rel);
+  if (!dev_text) {
+    // A native NVMe multipath path disk has no dev_t in sysfs (measured on Debian 6.1): it is
+    // hidden, and only its diskseq ties it to the BPF keys of the requests it runs.
+    const std::optional<std::string> hidden = tree.ReadAttr(rel + "/hidden");
+    device.multipath_head = MultipathHeadOf(device.name).value_or("");
+    if (!hidden || *hidden != "1" || device.multipath_head.empty() || !tree.Exists(rel + "/diskseq")) {
+      tree.Warn(rel, "no dev file, skipped");
+      return std::nullopt;
+    }
+    device.hidden = true;
+  } else {
+    const auto dev_number = ParseDevNumber(*dev_text);
+    if (!dev_number) {
+      tree.Warn(rel + "/dev", "malformed value \"" + *dev_text + "\", device skipped");
+      return std::nullopt;
+    }
+    device.major = dev_number->first;
+    device.minor = dev_number->second;
+  }
   device.is_partition = tree.Exists(rel + "/partition");
   device.request_based = tree.IsDir((device.is_partition ? Dirname(rel) : rel) + "/mq");
   if (!device.is_partition) {
@@ -473,6 +481,10 @@ std::optional<BlockDevice> ReadDevice(const SysfsTree& tree, const std::string& 
   device.slaves = tree.ListNames(rel + "/slaves");
   device.holders = tree.ListNames(rel + "/holders");
   device.queue = disk_queue != nullptr ? *disk_queue : ReadQueue(tree, disk_rel);
+  if (device.hidden && device.diskseq == 0) {
+    tree.Warn(rel, "hidden disk without a usable diskseq, skipped");
+    return std::nullopt;
+  }
   return device;
 }
 
@@ -527,6 +539,10 @@ std::string DumpLine(const BlockDevice& d) {
        << " holders=" << JoinNames(d.holders) << " nomerges=" << d.queue.nomerges
        << " scheduler=\"" << d.queue.scheduler << "\" max_sectors_kb=" << d.queue.max_sectors_kb
        << " max_segments=" << d.queue.max_segments << " rotational=" << d.queue.rotational;
+  // Only on multipath devices, so the golden dumps of every other tree stay as they were.
+  if (d.hidden) line << " hidden=1 diskseq=" << d.diskseq;
+  if (!d.multipath_head.empty()) line << " multipath_head=" << d.multipath_head;
+  if (!d.multipath_paths.empty()) line << " multipath_paths=" << JoinNames(d.multipath_paths);
   return line.str();
 }
 
@@ -591,15 +607,31 @@ Topology::Topology(std::vector<BlockDevice> devices, std::vector<std::string>* w
                    [](const BlockDevice& a, const BlockDevice& b) { return a.name < b.name; });
   for (BlockDevice& device : devices) {
     const auto dev_key = std::make_pair(device.major, device.minor);
-    if (index_by_name_.count(device.name) != 0 || index_by_dev_.count(dev_key) != 0) {
+    // A hidden disk has no dev_t: it is told apart by its diskseq instead.
+    const bool duplicate = index_by_name_.count(device.name) != 0 ||
+                           (device.hidden ? hidden_by_diskseq_.count(device.diskseq) != 0
+                                          : index_by_dev_.count(dev_key) != 0);
+    if (duplicate) {
       AppendWarning(warnings, "duplicate device " + device.name + " (" +
-                                  DevNumberText(device.major, device.minor) + "), dropped");
+                                  (device.hidden ? "diskseq " + std::to_string(device.diskseq)
+                                                 : DevNumberText(device.major, device.minor)) +
+                                  "), dropped");
       continue;
     }
+    device.multipath_paths.clear();  // derived from the paths below, never taken as given
     index_by_name_[device.name] = devices_.size();
-    index_by_dev_[dev_key] = devices_.size();
+    if (device.hidden) {
+      hidden_by_diskseq_[device.diskseq] = devices_.size();
+    } else {
+      index_by_dev_[dev_key] = devices_.size();
+    }
     if (device.is_partition) partitions_by_disk_[device.disk].push_back(device.name);
     devices_.push_back(std::move(device));
+  }
+  for (const BlockDevice& path : devices_) {
+    if (path.multipath_head.empty()) continue;
+    const auto head = index_by_name_.find(path.multipath_head);
+    if (head != index_by_name_.end()) devices_[head->second].multipath_paths.push_back(path.name);
   }
 }
 
@@ -639,6 +671,20 @@ std::vector<std::string> Topology::StackedBioBasedDevices() const {
 const BlockDevice* Topology::Find(uint32_t major, uint32_t minor) const {
   const auto it = index_by_dev_.find(std::make_pair(major, minor));
   return it == index_by_dev_.end() ? nullptr : &devices_[it->second];
+}
+
+const BlockDevice* Topology::FindKey(uint32_t major, uint32_t minor, uint64_t diskseq) const {
+  const BlockDevice* device = Find(major, minor);
+  if (device != nullptr && (diskseq == 0 || device->diskseq == 0 || device->diskseq == diskseq)) return device;
+  if (diskseq == 0) return nullptr;
+  const auto hidden = hidden_by_diskseq_.find(diskseq);
+  return hidden == hidden_by_diskseq_.end() ? nullptr : &devices_[hidden->second];
+}
+
+const BlockDevice* Topology::CountedUnder(uint32_t major, uint32_t minor, uint64_t diskseq) const {
+  const BlockDevice* device = FindKey(major, minor, diskseq);
+  if (device == nullptr || device->multipath_head.empty()) return device;
+  return FindByName(device->multipath_head);
 }
 
 const BlockDevice* Topology::FindByName(const std::string& name) const {
@@ -710,6 +756,41 @@ std::string Topology::Dump() const {
   std::string dump;
   for (const BlockDevice& device : devices_) dump += DumpLine(device) + "\n";
   return dump;
+}
+
+std::optional<std::string> MultipathHeadOf(const std::string& name) {
+  // nvme<S>c<C>n<N>, each a decimal number.
+  auto digits = [&name](size_t at) {
+    size_t end = at;
+    while (end < name.size() && name[end] >= '0' && name[end] <= '9') ++end;
+    return end;
+  };
+  if (!StartsWith(name, "nvme")) return std::nullopt;
+  const size_t subsys_end = digits(4);
+  if (subsys_end == 4 || subsys_end >= name.size() || name[subsys_end] != 'c') return std::nullopt;
+  const size_t ctrl_end = digits(subsys_end + 1);
+  if (ctrl_end == subsys_end + 1 || ctrl_end >= name.size() || name[ctrl_end] != 'n') return std::nullopt;
+  const size_t ns_end = digits(ctrl_end + 1);
+  if (ns_end == ctrl_end + 1 || ns_end != name.size()) return std::nullopt;
+  return name.substr(0, subsys_end) + name.substr(ctrl_end);
+}
+
+std::optional<BlockDevice> ResolveHiddenDisk(const std::string& sysfs_root, uint64_t diskseq,
+                                             std::vector<std::string>* warnings) {
+  if (diskseq == 0) return std::nullopt;
+  const SysfsTree tree(sysfs_root, warnings);
+  const std::string wanted = std::to_string(diskseq);
+  for (const std::string& name : tree.ListNames("block")) {
+    if (!MultipathHeadOf(name)) continue;  // only multipath path disks are hidden
+    const std::optional<std::string> seq = tree.ReadAttr("block/" + name + "/diskseq");
+    if (!seq || *seq != wanted) continue;
+    const std::optional<std::string> rel = ResolveDeviceDir(tree, "block/" + name);
+    if (!rel) return std::nullopt;
+    std::optional<BlockDevice> device = ReadDevice(tree, *rel, nullptr);
+    if (device && device->hidden && device->diskseq == diskseq) return device;
+    return std::nullopt;
+  }
+  return std::nullopt;
 }
 
 std::optional<BlockDevice> ResolveDevice(const std::string& sysfs_root, uint32_t major,

@@ -69,6 +69,14 @@ struct BlockDevice {
   std::vector<std::string> slaves;
   std::vector<std::string> holders;
   QueueSettings queue;  // of the whole disk; partitions carry a copy
+  // Native NVMe multipath (nvme_core.multipath=Y): a path disk nvme<S>c<C>n<N> is hidden
+  // (sysfs "hidden" 1, no dev file; major/minor stay 0 here) and is known only by its
+  // diskseq, which the BPF keys of its requests carry. multipath_head names the head
+  // namespace nvme<S>n<N> its requests are counted under. Empty for every other device.
+  bool hidden = false;
+  std::string multipath_head;
+  // For a multipath head: its path disks, sorted. Filled by Topology from the paths.
+  std::vector<std::string> multipath_paths;
 };
 
 // An LVM dm name split into its parts, '--' unescaped to '-'.
@@ -106,6 +114,13 @@ class Topology {
 
   const BlockDevice* Find(uint32_t major, uint32_t minor) const;
   const BlockDevice* FindByName(const std::string& name) const;
+  // The device a BPF key (major, minor, diskseq) names: the visible device at major:minor if
+  // its diskseq matches (or either is 0), else a hidden multipath path disk with that
+  // diskseq (its major:minor is in no sysfs file). nullptr when neither.
+  const BlockDevice* FindKey(uint32_t major, uint32_t minor, uint64_t diskseq) const;
+  // The device whose series a key's data belongs to: FindKey's device, or for a multipath
+  // path disk its head namespace (nullptr while the head is not in the topology).
+  const BlockDevice* CountedUnder(uint32_t major, uint32_t minor, uint64_t diskseq) const;
   const std::vector<BlockDevice>& devices() const { return devices_; }  // sorted by name
   // Bio-based devices stacked on other devices (dm, md over disks), sorted: the ones whose
   // bio sizes the detector compares with the disk below.
@@ -139,8 +154,19 @@ class Topology {
   std::vector<BlockDevice> devices_;
   std::map<std::pair<uint32_t, uint32_t>, size_t> index_by_dev_;
   std::map<std::string, size_t> index_by_name_;
+  std::map<uint64_t, size_t> hidden_by_diskseq_;
   std::map<std::string, std::vector<std::string>> partitions_by_disk_;
 };
+
+// "nvme2c1n1" -> "nvme2n1": the head namespace of a native NVMe multipath path disk, by the
+// kernel's naming (nvme_set_disk_name, drivers/nvme/host/multipath.c: "nvme%dc%dn%d" from
+// subsystem, controller and namespace instance); nullopt for any other name.
+std::optional<std::string> MultipathHeadOf(const std::string& path_disk_name);
+
+// The hidden multipath path disk with this diskseq under <root>/block, read without a full
+// scan (one directory listing and one diskseq read per disk); nullopt when none.
+std::optional<BlockDevice> ResolveHiddenDisk(const std::string& sysfs_root, uint64_t diskseq,
+                                             std::vector<std::string>* warnings);
 
 // Resolves one device without a full scan, for a major:minor that BPF
 // reported but the current topology lacks: follows <root>/dev/block/M:m and

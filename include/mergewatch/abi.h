@@ -81,7 +81,12 @@ struct mw_origin_stats {
 };
 
 struct mw_dev_stats {
-	/* block_rq_issue: bytes dispatched to the driver per request */
+	/*
+	 * Bytes per request dispatched to the driver (block_rq_issue), counted once at its
+	 * final completion as /sys/block/X/stat counts it: a requeued request (SCSI busy,
+	 * NVMe reset or path failover) is issued twice and counted once. Flushes and
+	 * passthrough commands are not I/O here (MW_CNT_FLUSH/MW_CNT_PASSTHROUGH).
+	 */
 	__u64 size_slots[MW_SIZE_SLOTS];
 	__u64 size_sum_bytes;
 	/* block_rq_issue -> final block_rq_complete (device time) */
@@ -93,9 +98,11 @@ struct mw_dev_stats {
 	__u64 back_merges;
 	__u64 front_merges;
 	/*
-	 * New requests (block_getrq) for bios that continued the queue's newest request while
-	 * it was still undispatched (in a plug or the scheduler) and would have fit the
-	 * queue's limits merged with it: a merge that was possible and did not happen.
+	 * New requests (block_getrq) for bios the kernel could have back-merged and did not:
+	 * contiguous with the newest request of the same queue in the submitting task's plug,
+	 * or with a request still in the queue's I/O scheduler, and mergeable by the kernel's
+	 * rules (include/mergewatch/merge_rules.h). A neighbour in another task's plug does
+	 * not count: no setting merges across plugs.
 	 */
 	__u64 missed_merges;
 	/* block_bio_queue on bio-based devices (dm, md): bytes per bio the device received */
@@ -114,16 +121,21 @@ struct mw_dev_stats {
 /* Indexes of the per-CPU event counter array: what the daemon reports as dropped or unmatched. */
 #define MW_CNT_INFLIGHT_FULL 0     /* a request could not be tracked: the in-flight map was full */
 #define MW_CNT_STATS_FULL 1        /* a device/op could not get a stats slot: too many devices */
-#define MW_CNT_COMPLETE_UNMATCHED 2 /* completion of a request issued before attach (or dropped) */
-#define MW_CNT_NO_DISK 3           /* request without a gendisk (passthrough), not attributed */
+#define MW_CNT_COMPLETE_UNMATCHED 2 /* a data completion whose issue was not seen: issued before attach */
+#define MW_CNT_NO_DISK 3           /* a data request without a gendisk, not attributed */
 #define MW_CNT_ORIGIN_FULL 4       /* a remapped request could not be attributed: too many origins */
-#define MW_CNT_MAX 5
+/* Indexes from here on are traffic that is not block I/O, not lost events. */
+#define MW_CNT_FIRST_NOT_LOST 5
+#define MW_CNT_FLUSH 5             /* REQ_OP_FLUSH requests dispatched (empty flushes, flush sequences) */
+#define MW_CNT_PASSTHROUGH 6       /* REQ_OP_DRV_IN/OUT dispatched (SG_IO, NVMe admin/ioctl commands) */
+#define MW_CNT_MAX 7
 
 /* In-flight request state: one slot of the in-flight table, owned by the request at `rq`. */
 struct mw_inflight {
 	__u64 rq; /* struct request pointer; 0 = free */
 	__u64 insert_ns;
 	__u64 issue_ns;
+	__u64 bytes; /* blk_rq_bytes() at the last issue: partial completions shrink __data_len */
 };
 
 /* Smallest k with 2^k >= v (0 for v <= 1). Branch-light so BPF and C++ share it. */
@@ -157,14 +169,14 @@ static __always_inline __u32 mw_hist_slot(__u64 v, __u32 min_shift, __u32 slots)
 #ifdef __cplusplus
 static_assert(sizeof(struct mw_dev_key) == 24, "mw_dev_key layout");
 static_assert(sizeof(struct mw_origin_key) == 32, "mw_origin_key layout");
-static_assert(sizeof(struct mw_inflight) == 24, "mw_inflight layout");
+static_assert(sizeof(struct mw_inflight) == 32, "mw_inflight layout");
 static_assert(sizeof(struct mw_dev_stats) ==
 		      8 * (2 * (MW_SIZE_SLOTS + 1) + 2 * (MW_LAT_SLOTS + 1) + 5),
 	      "mw_dev_stats has no padding");
 #else
 _Static_assert(sizeof(struct mw_dev_key) == 24, "mw_dev_key layout");
 _Static_assert(sizeof(struct mw_origin_key) == 32, "mw_origin_key layout");
-_Static_assert(sizeof(struct mw_inflight) == 24, "mw_inflight layout");
+_Static_assert(sizeof(struct mw_inflight) == 32, "mw_inflight layout");
 _Static_assert(sizeof(struct mw_dev_stats) ==
 		       8 * (2 * (MW_SIZE_SLOTS + 1) + 2 * (MW_LAT_SLOTS + 1) + 5),
 	       "mw_dev_stats has no padding");

@@ -301,13 +301,15 @@ def test_merge_collapse_pages_through_prometheus_and_alertmanager_and_resolves(l
         m = re.fullmatch(
             rf"Host {re.escape(path.instance)}: requests dispatched to {dev.name} are no longer merged, so the disk "
             r"receives many small requests where a few large ones would do: (?P<share>[0-9.]+)% of "
-            r"(?P<rate>[0-9.]+k?) requests/s are at most 4 KiB, mean request (?P<bytes>[0-9]+) bytes\. "
+            r"(?P<rate>[0-9.]+k?) requests/s were missed merges, mean request (?P<bytes>[0-9]+) bytes where "
+            r"merging would have built (?P<merged>[0-9]+) bytes\. "
             rf"No device is stacked above it\. queue/nomerges of {dev.name} is (?P<nomerges>\S+) "
             r"\(0 = merging allowed, 2 = all merging disabled\)\.", ann["description"])
         assert m, f"description not as the rule renders it:\n{ann['description']}"
         assert m["nomerges"] == "2"
-        assert float(m["share"]) >= 80, ann["description"]  # --collapse.min-small-share
+        assert float(m["share"]) >= 90, ann["description"]  # 62-63 of each 64-bio batch
         assert 0 < int(m["bytes"]) <= 4096, ann["description"]
+        assert int(m["merged"]) >= 4 * int(m["bytes"]), ann["description"]  # --collapse.min-run-size-ratio
         print(f"page: {ann['description']}")
         # Prometheus held it pending for the (test) for: before firing; Alertmanager has it active.
         assert path.seen[("MergewatchMergeCollapse", dev.name)][:2] == ["pending", "firing"], path.seen

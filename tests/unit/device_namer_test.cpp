@@ -21,6 +21,20 @@ TEST(SysfsDeviceNamer, NamesDevicesOfAFixtureTree) {
   EXPECT_EQ(namer.NameOf(7, 99), std::nullopt);
 }
 
+// Native NVMe multipath: a path disk's key (its gendisk's 259:1 on 6.1, in no sysfs file)
+// is named after the head by its diskseq; without a diskseq, or with one nobody has,
+// it stays unresolved.
+TEST(SysfsDeviceNamer, MultipathPathKeysAreNamedAfterTheHead) {
+  SysfsDeviceNamer namer(std::string(MERGEWATCH_FIXTURE_DIR) + "/sysfs/nvme-multipath");
+  EXPECT_EQ(namer.NameOf(259, 1, 2), "nvme2n1");
+  EXPECT_EQ(namer.NameOf(259, 1, 2), "nvme2n1");  // from the cache, checked against sysfs
+  EXPECT_EQ(namer.NameOf(259, 0, 1), "nvme2n1");
+  EXPECT_EQ(namer.NameOf(259, 1, 0), std::nullopt);
+  EXPECT_EQ(namer.NameOf(259, 1, 77), std::nullopt);
+  EXPECT_EQ(namer.NameOf(259, 2, 3), "nvme2n1");
+  EXPECT_EQ(namer.NameOf(259, 3, 4), "nvme0n1");
+}
+
 TEST(SysfsDeviceNamer, MinorsAboveTwoFiftyFive) {
   SysfsDeviceNamer namer(std::string(MERGEWATCH_FIXTURE_DIR) + "/sysfs/big-minors");
   EXPECT_EQ(namer.NameOf(7, 300), "loop300");

@@ -98,7 +98,8 @@ TEST_P(TopologyGoldenTest, DumpMatchesGolden) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TopologyGoldenTest,
                          ::testing::Values("seed-lvm-snapshot", "nvme-partitions", "md-raid1",
-                                           "dm-multipath", "loop", "big-minors", "malformed"),
+                                           "dm-multipath", "loop", "big-minors", "malformed",
+                                           "nvme-multipath"),
                          [](const ::testing::TestParamInfo<const char*>& info) {
                            std::string name = info.param;
                            for (char& c : name) {
@@ -338,6 +339,89 @@ TEST(TopologyBigMinors, ResolveDeviceThroughDevBlock) {
   EXPECT_EQ(part->kind, DeviceKind::kNvme);
   EXPECT_EQ(part->queue.max_sectors_kb, 512u);  // read from the parent disk
   EXPECT_TRUE(warnings.empty());
+}
+
+// ---------------------------------------------------------------------------
+// 8. Native NVMe multipath, as Debian 6.1 lays it out (measured in the VM).
+
+TEST(TopologyNvmeMultipath, HiddenPathDisksAreKeptAndTiedToTheirHead) {
+  const ScanResult scan = ScanCase("nvme-multipath");
+  EXPECT_TRUE(scan.warnings.empty()) << scan.warnings.front();
+  EXPECT_EQ(DeviceNames(scan.topology), (Names{"dm-0", "nvme0n1", "nvme2c1n1", "nvme2c2n1", "nvme2n1"}));
+  const BlockDevice& path = MustFind(scan.topology, "nvme2c1n1");
+  EXPECT_TRUE(path.hidden);
+  EXPECT_EQ(path.major, 0u);  // no dev file
+  EXPECT_EQ(path.diskseq, 2u);
+  EXPECT_EQ(path.multipath_head, "nvme2n1");
+  EXPECT_EQ(path.kind, DeviceKind::kNvme);
+  EXPECT_TRUE(path.request_based);
+  EXPECT_EQ(path.queue.nomerges, 2);
+  const BlockDevice& head = MustFind(scan.topology, "nvme2n1");
+  EXPECT_FALSE(head.hidden);
+  EXPECT_FALSE(head.request_based);
+  EXPECT_EQ(head.kind, DeviceKind::kNvme);
+  EXPECT_EQ(head.multipath_paths, (Names{"nvme2c1n1", "nvme2c2n1"}));
+  EXPECT_TRUE(MustFind(scan.topology, "nvme0n1").multipath_paths.empty());
+  EXPECT_EQ(scan.topology.UpperDevices("nvme2n1"), (Names{"dm-0"}));
+}
+
+// The BPF key of a path's request is the gendisk's major:first_minor (259:1 on 6.1, in no
+// sysfs file) and its diskseq: the diskseq finds the path, and the path's data counts
+// under the head.
+TEST(TopologyNvmeMultipath, KeysOfPathRequestsCountUnderTheHead) {
+  const ScanResult scan = ScanCase("nvme-multipath");
+  const Topology& t = scan.topology;
+  ASSERT_NE(t.FindKey(259, 1, 2), nullptr);
+  EXPECT_EQ(t.FindKey(259, 1, 2)->name, "nvme2c1n1");
+  EXPECT_EQ(t.FindKey(259, 0, 1)->name, "nvme2c2n1");
+  EXPECT_EQ(t.CountedUnder(259, 1, 2)->name, "nvme2n1");
+  EXPECT_EQ(t.CountedUnder(259, 0, 1)->name, "nvme2n1");
+  // Visible devices keep their own series; a diskseq nobody has names nothing.
+  EXPECT_EQ(t.CountedUnder(259, 2, 3)->name, "nvme2n1");
+  EXPECT_EQ(t.CountedUnder(259, 3, 4)->name, "nvme0n1");
+  EXPECT_EQ(t.CountedUnder(259, 3, 0)->name, "nvme0n1");
+  EXPECT_EQ(t.CountedUnder(259, 1, 99), nullptr);
+  EXPECT_EQ(t.CountedUnder(259, 1, 0), nullptr);
+  // The visible nvme0n1 at 259:3 with another incarnation's diskseq is not nvme0n1.
+  EXPECT_EQ(t.CountedUnder(259, 3, 5), nullptr);
+  EXPECT_EQ(t.Find(0, 0), nullptr);  // hidden disks are not indexed by a dev_t they lack
+}
+
+TEST(TopologyNvmeMultipath, PathWithoutItsHeadCountsNowhere) {
+  BlockDevice path;
+  path.name = "nvme5c1n1";
+  path.hidden = true;
+  path.diskseq = 7;
+  path.multipath_head = "nvme5n1";
+  const Topology t = Topology::FromDevices({path});
+  EXPECT_EQ(t.FindKey(259, 9, 7)->name, "nvme5c1n1");
+  EXPECT_EQ(t.CountedUnder(259, 9, 7), nullptr);
+}
+
+TEST(TopologyNvmeMultipath, ResolveHiddenDiskByDiskseq) {
+  std::vector<std::string> warnings;
+  const auto path = ResolveHiddenDisk(CaseRoot("nvme-multipath"), 1, &warnings);
+  ASSERT_TRUE(path.has_value());
+  EXPECT_EQ(path->name, "nvme2c2n1");
+  EXPECT_EQ(path->multipath_head, "nvme2n1");
+  EXPECT_FALSE(ResolveHiddenDisk(CaseRoot("nvme-multipath"), 3, &warnings).has_value());  // the head: visible
+  EXPECT_FALSE(ResolveHiddenDisk(CaseRoot("nvme-multipath"), 42, &warnings).has_value());
+  EXPECT_FALSE(ResolveHiddenDisk(CaseRoot("nvme-multipath"), 0, &warnings).has_value());
+  EXPECT_TRUE(warnings.empty());
+}
+
+TEST(TopologyNvmeMultipath, HeadNameFollowsTheKernelsNaming) {
+  EXPECT_EQ(MultipathHeadOf("nvme2c1n1"), std::optional<std::string>("nvme2n1"));
+  EXPECT_EQ(MultipathHeadOf("nvme10c23n4"), std::optional<std::string>("nvme10n4"));
+  for (const char* other : {"nvme2n1", "nvme0n1p1", "nvme2c1n", "nvmec1n1", "nvme2c1n1p1", "nvme2cxn1", "sda"})
+    EXPECT_FALSE(MultipathHeadOf(other).has_value()) << other;
+}
+
+// A disk without a dev file that is not a hidden multipath path is still skipped.
+TEST(TopologyNvmeMultipath, OnlyHiddenPathsMayLackADevFile) {
+  const ScanResult scan = ScanCase("malformed");
+  EXPECT_EQ(scan.topology.FindByName("sdx"), nullptr);
+  EXPECT_TRUE(ContainsSubstring(scan.warnings, "sdx: no dev file, skipped"));
 }
 
 // ---------------------------------------------------------------------------

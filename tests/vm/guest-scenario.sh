@@ -18,7 +18,8 @@
 #   MW_OUT            output dir (9p share to the host), default /vmout
 #   MW_CASES          space-separated name:nomerges:kind:mount[:scheduler], kind seq|rand,
 #                     mount snap|origin, scheduler of nvme0n1 (default none)
-#   MW_FILE_MB        size of each file (64)
+#   MW_FILE_MB        size of each file on vg0 (64)
+#   MW_EXTRA_FILE_MB  size of each file on vg1/vg2 (32)
 #   MW_READER         seq reader: cat (default, like the incident) or dd (bs=1M)
 #   MW_FIO_IO_SIZE    bytes of random 4 KiB reads per rand case (16m)
 #   MW_DAEMON         daemon binary (host path); empty = no daemon, diskstats only
@@ -28,12 +29,34 @@
 #   MW_DETECT_WAIT    seconds to wait after each read before the last scrape (12; 0 without daemon)
 #   MW_BPFTRACE       1 = run blk-events.bt around every case
 #   MW_IO_TIMEOUT     bound on each case's I/O command, seconds (120)
+#   MW_PART_DISK      1 = run-vm.sh --part-disk gave a second NVMe disk (serial mwpart01):
+#                     it gets an MBR partition, VG vg2 on it, snapshots snap8 (-c 8k) and
+#                     snap16 (-c 16k) of vg2/origin2 on /mnt/snap8, /mnt/snap16
+#   MW_MULTIPATH      1 = run-vm.sh --multipath gave a two-controller NVMe subsystem: VG vg1
+#                     on its head namespace, snapshot mpsnap (4 KiB chunks) on /mnt/mpsnap
+#   With both, the default cases add snap8/snap16 (nomerges 2 and 0), mp-nm2 (nomerges=2 on
+#   both path disks) and requeue (scsi_debug reporting host busy every 7th command, so the
+#   block layer requeues; direct 16 KiB reads of the scsi_debug disk).
+# Case mounts: snap origin (vg0 on nvme0n1), snap8 snap16 (vg2 on the partition),
+# mpsnap (vg1 on the multipath head), sdebug (the scsi_debug disk itself, kind direct);
+# "a+b" reads the case's file from mount a, then from mount b (same disk).
 set -euo pipefail
 
 OUT=${MW_OUT:-/vmout}
 HERE=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
-CASES=${MW_CASES:-"snap-nm2:2:seq:snap snap-nm0:0:seq:snap snap-rand-nm2:2:rand:snap origin-nm2:2:seq:origin"}
+PART=${MW_PART_DISK:-0}
+MULTIPATH=${MW_MULTIPATH:-0}
+DEFAULT_CASES="snap-nm2:2:seq:snap snap-nm0:0:seq:snap snap-rand-nm2:2:rand:snap origin-nm2:2:seq:origin"
+if [ "$PART" = 1 ] && [ "$MULTIPATH" = 1 ]; then
+	# One nomerges=0 case reads both snapshots (one daemon start less: about 30 s under TCG).
+	DEFAULT_CASES+=" snap8-nm2:2:seq:snap8 snap16-nm2:2:seq:snap16 snap8-16-nm0:0:seq:snap8+snap16"
+	DEFAULT_CASES+=" mp-nm2:2:seq:mpsnap requeue:0:direct:sdebug"
+fi
+CASES=${MW_CASES:-$DEFAULT_CASES}
 FILE_MB=${MW_FILE_MB:-64}
+# Files on the extra stacks (part disk, multipath): half the size keeps the VM run short; a
+# 32 MiB read still gives thousands of requests in the detector's window.
+EXTRA_FILE_MB=${MW_EXTRA_FILE_MB:-32}
 READER=${MW_READER:-cat}
 FIO_IO_SIZE=${MW_FIO_IO_SIZE:-16m}
 DAEMON=${MW_DAEMON:-}
@@ -78,10 +101,11 @@ scrape() {	# scrape FILE
 }
 
 # Shell builtins only in the per-case helpers: every fork costs ~10 ms under TCG.
-stat_snapshot() {	# every block device: name maj:min <stat fields>
+stat_snapshot() {	# every block device: name maj:min <stat fields> (maj:min - for a hidden disk)
 	local d devno st
 	for d in /sys/block/*; do
-		read -r devno < "$d/dev"
+		devno=-
+		[ -r "$d/dev" ] && read -r devno < "$d/dev"
 		read -r st < "$d/stat"
 		printf '%s %s %s\n' "${d##*/}" "$devno" "$st"
 	done
@@ -116,7 +140,8 @@ topology() {
 	echo "# name maj:min dm-name slaves holders"
 	for d in /sys/block/*; do
 		n=${d##*/}
-		read -r devno < "$d/dev"
+		devno=-
+		[ -r "$d/dev" ] && read -r devno < "$d/dev"
 		sl=$(cd "$d/slaves" && echo *); ho=$(cd "$d/holders" && echo *)
 		[ "$sl" = '*' ] && sl=; [ "$ho" = '*' ] && ho=
 		printf '%s %s %s slaves=%s holders=%s\n' "$n" "$devno" "$(dm_name "$n")" "${sl// /,}" "${ho// /,}"
@@ -215,7 +240,10 @@ LVM_CONFIG='activation { monitoring = 0 udev_sync = 0 udev_rules = 0 } devices {
 lvm_() { lvm "$1" --config "$LVM_CONFIG" "${@:2}"; }
 
 ncases=0
-for c in $CASES; do ncases=$((ncases + 1)); done
+for c in $CASES; do
+	IFS=: read -r _ _ _ m _ <<< "$c"
+	case "$m" in snap|origin) ncases=$((ncases + 1)) ;; esac
+done
 origin_mb=$(( ncases * FILE_MB + 128 ))
 
 lvm_ pvcreate -q -y -ff /dev/$DISK
@@ -225,6 +253,8 @@ mkfs.ext4 -q -F -b 4096 -E lazy_itable_init=0,lazy_journal_init=0 /dev/$VG/origi
 mkdir -p /mnt/origin /mnt/snap
 mount /dev/$VG/origin /mnt/origin
 for c in $CASES; do
+	IFS=: read -r _ _ _ m _ <<< "$c"
+	case "$m" in snap|origin) ;; *) continue ;; esac
 	dd if=/dev/zero of="/mnt/origin/${c%%:*}.dat" bs=1M count="$FILE_MB" conv=fsync status=none
 done
 umount /mnt/origin
@@ -236,20 +266,123 @@ chunk=$(dmsetup table $VG-snap | awk '$3 == "snapshot" { print $NF }')
 mount -o ro /dev/$VG/snap /mnt/snap
 mount -o ro /dev/$VG/origin /mnt/origin
 log "snapshot $VG/snap (chunk $chunk sectors) on /mnt/snap, origin on /mnt/origin, both ro"
+
+# ------------------------------------------------------------------ more stacks
+# The disk (whole, visible) whose controller or subsystem reports this serial.
+disk_by_serial() {
+	local d serial
+	for d in /sys/block/nvme*; do
+		[ -e "$d/dev" ] && [ -r "$d/device/serial" ] || continue
+		read -r serial < "$d/device/serial"
+		[ "$serial" = "$1" ] && { echo "${d##*/}"; return 0; }
+	done
+	return 1
+}
+read -r serial0 < /sys/block/$DISK/device/serial
+[ "$serial0" = mw0001 ] || die "$DISK has serial '$serial0', expected mw0001 (the scenario's disk)"
+
+# vg_with_snapshots VG PV MOUNTS: an origin LV with one file per case reading from any of
+# MOUNTS (a snapshot per mount "snapN" with N KiB chunks, "mpsnap" with the default 4 KiB).
+vg_with_snapshots() {
+	local vg=$1 pv=$2 mounts=$3 c m n=0 chunk
+	for c in $CASES; do
+		IFS=: read -r _ _ _ m _ <<< "$c"
+		case " $mounts " in *" ${m%%+*} "*) n=$((n + 1)) ;; esac
+	done
+	lvm_ pvcreate -q -y -ff "$pv"
+	lvm_ vgcreate -q "$vg" "$pv"
+	lvm_ lvcreate -q -y -L "$(( n * EXTRA_FILE_MB + 64 ))M" -n origin "$vg"
+	mkfs.ext4 -q -F -b 4096 -E lazy_itable_init=0,lazy_journal_init=0 "/dev/$vg/origin"
+	mkdir -p "/mnt/$vg-origin"
+	mount "/dev/$vg/origin" "/mnt/$vg-origin"
+	for c in $CASES; do
+		IFS=: read -r _ _ _ m _ <<< "$c"
+		case " $mounts " in *" ${m%%+*} "*) ;; *) continue ;; esac
+		dd if=/dev/zero of="/mnt/$vg-origin/${c%%:*}.dat" bs=1M count="$EXTRA_FILE_MB" conv=fsync status=none
+	done
+	umount "/mnt/$vg-origin"
+	for m in $mounts; do
+		chunk=4
+		case "$m" in snap[0-9]*) chunk=${m#snap} ;; esac
+		# Each snapshot gets a third of the origin's size: read-only, it never fills.
+		lvm_ lvcreate -q -y -s -n "$m" -c "${chunk}k" -l 30%ORIGIN "$vg/origin"
+		[ "$(dmsetup table "$vg-$m" | awk '$3 == "snapshot" { print $NF }')" = $((chunk * 2)) ] ||
+			die "snapshot $vg/$m chunk is not ${chunk} KiB"
+		mkdir -p "/mnt/$m"
+		mount -o ro "/dev/$vg/$m" "/mnt/$m"
+	done
+	log "$vg on $pv: origin with $n x ${EXTRA_FILE_MB} MiB files, snapshots $mounts"
+}
+
+PART_DISK= MP_HEAD= MP_PATHS= SD_DISK=
+if [ "$PART" = 1 ]; then
+	PART_DISK=$(disk_by_serial mwpart01) || die "no NVMe disk with serial mwpart01 (run-vm.sh --part-disk)"
+	# One MBR partition from sector 2048 to the end (no sfdisk in the host's userland): the
+	# 16-byte entry at 446 (status, CHS, type 0x83, CHS, LBA start, sectors), then 0x55AA.
+	le32() { printf '\\x%02x\\x%02x\\x%02x\\x%02x' $(($1 & 255)) $(($1 >> 8 & 255)) $(($1 >> 16 & 255)) $(($1 >> 24 & 255)); }
+	sectors=$(cat /sys/block/$PART_DISK/size)
+	# shellcheck disable=SC2059  # the format is the escaped bytes
+	printf "\\x00\\xfe\\xff\\xff\\x83\\xfe\\xff\\xff$(le32 2048)$(le32 $((sectors - 2048)))" |
+		dd of=/dev/$PART_DISK bs=1 seek=446 conv=notrunc status=none
+	printf '\x55\xaa' | dd of=/dev/$PART_DISK bs=1 seek=510 conv=notrunc status=none
+	blockdev --rereadpt /dev/$PART_DISK
+	wait_for 10 "/dev/${PART_DISK}p1" test -b /dev/${PART_DISK}p1 || die "partition ${PART_DISK}p1 did not appear"
+	vg_with_snapshots vg2 /dev/${PART_DISK}p1 "snap8 snap16"
+fi
+if [ "$MULTIPATH" = 1 ]; then
+	[ "$(cat /sys/module/nvme_core/parameters/multipath)" = Y ] || die "nvme_core.multipath is off"
+	MP_HEAD=$(disk_by_serial mwmp01) || die "no multipath head with serial mwmp01 (run-vm.sh --multipath)"
+	# Path disks nvme<S>c<C>n<N> of head nvme<S>n<N>: hidden, no dev file.
+	for d in /sys/block/nvme*c*n*; do
+		n=${d##*/}
+		[ "${n%%c*}n${n##*n}" = "$MP_HEAD" ] && MP_PATHS+="$n "
+	done
+	MP_PATHS=${MP_PATHS% }
+	[ "$(wc -w <<< "$MP_PATHS")" = 2 ] || die "head $MP_HEAD has paths '$MP_PATHS', expected two"
+	vg_with_snapshots vg1 /dev/$MP_HEAD mpsnap
+	echo "$MP_HEAD $MP_PATHS" > "$OUT/multipath.txt"
+fi
+if [[ " $CASES " == *:sdebug* ]]; then
+	modprobe -a sd_mod	# no udev in the guest: nothing loads the disk driver on its own
+	modprobe scsi_debug dev_size_mb=64 delay=0
+	wait_for 30 "scsi_debug disk" bash -c 'ls /sys/bus/pseudo/drivers/scsi_debug/adapter*/host*/target*/*/block/ 2>/dev/null | grep -q .' ||
+		die "scsi_debug made no disk"
+	SD_DISK=$(ls /sys/bus/pseudo/drivers/scsi_debug/adapter*/host*/target*/*/block/ | head -1)
+	echo "$SD_DISK" > "$OUT/scsi_debug.txt"
+	log "scsi_debug disk $SD_DISK"
+fi
+printf 'disk=%s part_disk=%s mp_head=%s mp_paths=%s sd_disk=%s\n' "$DISK" "$PART_DISK" "$MP_HEAD" \
+	"${MP_PATHS// /,}" "$SD_DISK" > "$OUT/disks.txt"
+
+# The queues whose nomerges/scheduler a case sets: where its requests are made.
+queues_of() {
+	case "${1%%+*}" in
+	snap|origin) echo "$DISK" ;;
+	snap8|snap16) echo "$PART_DISK" ;;
+	mpsnap) echo "$MP_PATHS" ;;
+	sdebug) echo "$SD_DISK" ;;
+	*) die "unknown case mount $1" ;;
+	esac
+}
+
 topology > "$OUT/topology.txt"
 
 
 # ------------------------------------------------------------------ cases
 run_case() {	# run_case NAME NOMERGES KIND MOUNT SCHEDULER
-	local name=$1 nm=$2 kind=$3 where=$4 sched=${5:-none} p="$OUT/case-$1" file t0 t1
-	file=/mnt/$where/$name.dat
-	[ -f "$file" ] || die "case $name: no file $file"
-	log "case $name: nomerges=$nm scheduler=$sched $kind read of $file"
+	local name=$1 nm=$2 kind=$3 where=$4 sched=${5:-none} p="$OUT/case-$1" file files=() m t0 t1 q tracing
+	for m in ${where//+/ }; do files+=("/mnt/$m/$name.dat"); done
+	[ "$where" = sdebug ] && files=("/dev/$SD_DISK")
+	for file in "${files[@]}"; do [ -e "$file" ] || die "case $name: no file $file"; done
+	file=${files[0]}
+	log "case $name: nomerges=$nm scheduler=$sched $kind read of ${files[*]} on $(queues_of "$where")"
 
-	echo "$nm" > /sys/block/$DISK/queue/nomerges
-	[ "$(cat /sys/block/$DISK/queue/nomerges)" = "$nm" ] || die "nomerges did not stick"
-	echo "$sched" > /sys/block/$DISK/queue/scheduler
-	grep -q "\[$sched\]" /sys/block/$DISK/queue/scheduler || die "scheduler $sched did not stick"
+	for q in $(queues_of "$where"); do
+		echo "$nm" > /sys/block/$q/queue/nomerges
+		[ "$(cat /sys/block/$q/queue/nomerges)" = "$nm" ] || die "nomerges did not stick on $q"
+		echo "$sched" > /sys/block/$q/queue/scheduler
+		grep -q "\[$sched\]" /sys/block/$q/queue/scheduler || die "scheduler $sched did not stick on $q"
+	done
 	topology > "$p.topology.txt"
 	sync
 	echo 3 > /proc/sys/vm/drop_caches
@@ -264,11 +397,29 @@ run_case() {	# run_case NAME NOMERGES KIND MOUNT SCHEDULER
 	t0=$(now)
 	case "$kind" in
 	seq)
-		if [ "$READER" = dd ]; then
-			timeout "$IO_TIMEOUT" dd if="$file" of=/dev/null bs=1M status=none
-		else
-			timeout "$IO_TIMEOUT" cat "$file" > /dev/null
-		fi ;;
+		for file in "${files[@]}"; do
+			if [ "$READER" = dd ]; then
+				timeout "$IO_TIMEOUT" dd if="$file" of=/dev/null bs=1M status=none
+			else
+				timeout "$IO_TIMEOUT" cat "$file" > /dev/null
+			fi
+		done ;;
+	direct)
+		# The block layer requeues every command scsi_debug answers "host busy" (every 7th):
+		# block_rq_requeue, then the same request is issued again. Counted by tracefs.
+		tracing=/sys/kernel/tracing
+		[ -d $tracing/events ] || tracing=/sys/kernel/debug/tracing
+		echo > $tracing/trace
+		echo 1 > $tracing/events/block/block_rq_requeue/enable
+		echo 0x8000 > /sys/bus/pseudo/drivers/scsi_debug/opts   # SDEBUG_OPT_HOST_BUSY
+		echo 7 > /sys/bus/pseudo/drivers/scsi_debug/every_nth
+		timeout "$IO_TIMEOUT" dd if="$file" of=/dev/null bs=16k count=512 iflag=direct status=none
+		echo 0 > /sys/bus/pseudo/drivers/scsi_debug/every_nth
+		echo 0 > /sys/bus/pseudo/drivers/scsi_debug/opts
+		echo 0 > $tracing/events/block/block_rq_requeue/enable
+		grep 'block_rq_requeue:' $tracing/trace > "$p.requeue-trace" || true
+		grep -c . "$p.requeue-trace" > "$p.requeues" || true
+		echo > $tracing/trace ;;
 	rand)
 		timeout "$IO_TIMEOUT" fio --name="$name" --filename="$file" --readonly --thread \
 			--direct=1 --rw=randread --bs=4k --ioengine=libaio --iodepth=32 \
@@ -280,7 +431,8 @@ run_case() {	# run_case NAME NOMERGES KIND MOUNT SCHEDULER
 	stat_snapshot > "$p.stat.after"
 	[ "$BPFTRACE" = 1 ] && bt_stop "$p.bt.txt"
 	[ -n "$DAEMON" ] && scrape "$p.after.prom"
-	if [ "$DETECT_WAIT" != 0 ]; then
+	# A direct case only compares counts: nothing for the detector to wait for.
+	if [ "$DETECT_WAIT" != 0 ] && [ "$kind" != direct ]; then
 		sleep "$DETECT_WAIT"
 		scrape "$p.settled.prom"
 	fi
@@ -299,6 +451,7 @@ for c in $CASES; do
 	run_case "$cname" "$cnm" "$ckind" "$cwhere" "$csched"
 done
 
+for m in snap8 snap16 mpsnap; do mountpoint -q /mnt/$m && umount /mnt/$m; done
 echo 0 > /sys/block/$DISK/queue/nomerges
 umount /mnt/snap /mnt/origin
 log "scenario done"

@@ -16,6 +16,13 @@
 #     --bpftrace           run tests/vm/blk-events.bt around every case (slow start)
 #     --timeout SEC        bound on the whole qemu run (default 270, 600 with --bpftrace)
 #     --smp N --mem MiB    guest size (default 2, 2048)
+#     --multipath          also give the guest a native-multipath NVMe namespace: one
+#                          subsystem (nqn mwsubsys1) with two controllers sharing namespace 1
+#                          (the guest shows a head nvmeXnY and path disks nvmeXc*nY)
+#     --part-disk          also give the guest a second single-path NVMe disk (serial mwpart01)
+#                          that the scenario partitions, for LVM on a partition
+#     --script PATH        run PATH in the guest instead of tests/vm/guest-scenario.sh
+#                          (exploration; the tests use the scenario)
 #     --systemd            systemd mode (needs --daemon): boot the host's systemd as PID 1 with
 #                          `make install DESTDIR=DIR/rootfs DAEMON=<--daemon>` copied into the
 #                          guest's root (/usr/local/sbin/mergewatchd, the shipped unit,
@@ -31,7 +38,7 @@
 # Every option also reads an environment variable: MW_VM_OUT, MW_VM_DAEMON,
 # MW_VM_DAEMON_ARGS, MW_VM_METRICS_URL, MW_VM_DETECT_WAIT, MW_VM_CASES,
 # MW_VM_FILE_MB, MW_VM_READER, MW_VM_BPFTRACE=1, MW_VM_SYSTEMD=1, MW_VM_PACKAGE, MW_VM_UNIT_DROPIN,
-# MW_VM_TIMEOUT, MW_VM_SMP, MW_VM_MEM;
+# MW_VM_TIMEOUT, MW_VM_SMP, MW_VM_MEM, MW_VM_MULTIPATH=1, MW_VM_PART_DISK=1, MW_VM_SCRIPT;
 # MW_VM_DIR is setup.sh's build dir (default <repo>/build/vm).
 #
 # Exit status: the guest scenario's status; 124 = qemu timed out; 125 = the
@@ -59,6 +66,9 @@ package=${MW_VM_PACKAGE:-}
 timeout_s=${MW_VM_TIMEOUT:-}
 smp=${MW_VM_SMP:-2}
 mem=${MW_VM_MEM:-2048}
+multipath=${MW_VM_MULTIPATH:-0}
+part_disk=${MW_VM_PART_DISK:-0}
+script=${MW_VM_SCRIPT:-$here/guest-scenario.sh}
 verbose=0
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d'; }
@@ -79,6 +89,9 @@ while [ $# -gt 0 ]; do
 	--timeout) timeout_s=$2; shift 2 ;;
 	--smp) smp=$2; shift 2 ;;
 	--mem) mem=$2; shift 2 ;;
+	--multipath) multipath=1; shift ;;
+	--part-disk) part_disk=1; shift ;;
+	--script) script=$2; shift 2 ;;
 	-v|--verbose) verbose=1; shift ;;
 	-h|--help) usage; exit 0 ;;
 	*) echo "run-vm.sh: unknown argument: $1 (see --help)" >&2; exit 2 ;;
@@ -119,6 +132,8 @@ elif [ "$systemd" = 1 ]; then
 	[ -z "$unit_dropin" ] || [ -f "$unit_dropin" ] || die "--unit-dropin '$unit_dropin' is not a file"
 	[ -x /lib/systemd/systemd ] || die "--systemd: /lib/systemd/systemd missing on the host (the guest's userland)"
 fi
+script=$(readlink -f "$script")
+[ -f "$script" ] || die "guest script '$script' is not a file"
 [ -n "$timeout_s" ] || { [ "$bpftrace" = 1 ] && timeout_s=600 || timeout_s=270; }
 
 # ------------------------------------------------------------------ run dir
@@ -143,6 +158,8 @@ touch "$out/.mw-vm-run"
 	printf 'MW_READER=%q\n' "$reader"
 	printf 'MW_BPFTRACE=%q\n' "$bpftrace"
 	printf 'MW_PACKAGE=%q\n' "$package"
+	printf 'MW_MULTIPATH=%q\n' "$multipath"
+	printf 'MW_PART_DISK=%q\n' "$part_disk"
 } > "$out/guest.env"
 
 # systemd mode: a tree that guest-init.sh copies over the guest's root before switch_root.
@@ -208,6 +225,26 @@ stage_systemd_root() {
 
 disk=$(mktemp "$vmdir/nvme-XXXXXX.img")
 truncate -s 2G "$disk"      # sparse; deleted on exit
+mpdisk=
+mpargs=()
+partdisk=
+if [ "$part_disk" = 1 ]; then
+	partdisk=$(mktemp "$vmdir/nvme-part-XXXXXX.img")
+	truncate -s 1G "$partdisk"
+	mpargs+=(-drive "file=$partdisk,if=none,id=pd0,format=raw,cache=unsafe" -device nvme,serial=mwpart01,drive=pd0)
+fi
+if [ "$multipath" = 1 ]; then
+	mpdisk=$(mktemp "$vmdir/nvme-mp-XXXXXX.img")
+	truncate -s 1G "$mpdisk"
+	# Native NVMe multipath as on a dual-port drive: one subsystem, two controllers (both must
+	# carry the subsystem's serial, QEMU 7.2 refuses otherwise), one shared namespace. After
+	# the single-path disk, so that one stays nvme0 (controllers are numbered in probe order).
+	mpargs+=(-drive "file=$mpdisk,if=none,id=mp0,format=raw,cache=unsafe"
+		-device nvme-subsys,id=mwsubsys1,nqn=mwsubsys1
+		-device nvme,serial=mwmp01,subsys=mwsubsys1
+		-device nvme,serial=mwmp01,subsys=mwsubsys1
+		-device nvme-ns,drive=mp0,nsid=1)
+fi
 
 qpid=
 tailpid=
@@ -215,6 +252,8 @@ cleanup() {
 	[ -n "$qpid" ] && kill "$qpid" 2>/dev/null && wait "$qpid" 2>/dev/null
 	[ -n "$tailpid" ] && kill "$tailpid" 2>/dev/null
 	rm -f "$disk"
+	[ -z "$mpdisk" ] || rm -f "$mpdisk"
+	[ -z "$partdisk" ] || rm -f "$partdisk"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -224,7 +263,7 @@ if [ "$systemd" = 1 ]; then
 	append="console=ttyS0 panic=-1 mitigations=off mw.init=systemd mw.moddir=$MODDIR"
 	append+=" systemd.unit=mergewatch-vmtest.target systemd.show_status=1 fstab=no systemd.firstboot=0"
 else
-	append="console=ttyS0 panic=-1 mitigations=off mw.script=$here/guest-scenario.sh mw.moddir=$MODDIR"
+	append="console=ttyS0 panic=-1 mitigations=off mw.script=$script mw.moddir=$MODDIR"
 fi
 start=$(date +%s.%N)
 # TCG only: KVM does not work on this host kind (see tests/vm/README.md).
@@ -237,6 +276,7 @@ timeout --kill-after=10 "$timeout_s" qemu-system-x86_64 \
 	-append "$append" \
 	-drive "file=$disk,if=none,id=nvm,format=raw,cache=unsafe" \
 	-device nvme,serial=mw0001,drive=nvm \
+	"${mpargs[@]}" \
 	-fsdev local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap \
 	-device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot \
 	-fsdev "local,id=mwout,path=$out,security_model=none" \

@@ -1,0 +1,56 @@
+"""The detector's size rule on real loop devices: relative to what merging would have built.
+
+Issue 12 item 9: lost merges of 8 and 16 KiB pieces page like 4 KiB ones (the old rule counted
+only requests of at most 4 KiB), while pieces that merging could not have grown (requests
+already at the queue's max_sectors) never page even with merging off.
+"""
+import time
+
+import pytest
+
+from conftest import value
+from test_collapse import (RAISE_AFTER, WINDOW, assert_never_raised, detector, start_fio,  # noqa: F401 (fixture)
+                           stop_fio, wait_for)
+
+pytestmark = pytest.mark.privileged
+
+
+@pytest.mark.parametrize("kib", [8, 16])
+def test_batched_8_and_16_kib_reads_with_nomerges_2_raise(detector, loop_device, kib):
+    dev = loop_device(size_mb=256)
+    dev.set_queue(scheduler="none", nomerges=2)
+    fio = start_fio(dev, bs=f"{kib}k")
+    try:
+        wait_for(detector, dev, 1, timeout=RAISE_AFTER + WINDOW + 10)
+        s = detector.scrape()
+        lower = value(s, "mergewatch_collapse_lower_request_bytes", device=dev.name)
+        merged = value(s, "mergewatch_collapse_merged_request_bytes", device=dev.name)
+        # kib-sized requests, none at most 4 KiB; merging would have built runs of 64 of them,
+        # capped by the loop queue's max_sectors (1280 KiB here, 512 KiB or less elsewhere).
+        assert lower == kib * 1024, (lower, merged)
+        assert value(s, "mergewatch_collapse_small_request_ratio", device=dev.name) == 0
+        assert merged >= 16 * lower, (lower, merged)
+        assert f"merge collapse on {dev.name}" in detector.log_text()
+    finally:
+        stop_fio(fio)
+
+
+def test_batched_16_kib_reads_with_merging_allowed_never_raise(detector, loop_device):
+    dev = loop_device(size_mb=256)
+    dev.set_queue(scheduler="none", nomerges=0)
+    assert_never_raised(detector, dev, dict(bs="16k"))
+
+
+def test_requests_at_max_sectors_never_raise_with_merging_off(detector, loop_device):
+    """Batched reads of exactly max_sectors with nomerges=2: contiguous, but no two of them
+    could ever be one request, so merging would have built nothing larger."""
+    dev = loop_device(size_mb=256)
+    dev.set_queue(scheduler="none", nomerges=2)
+    with open(f"/sys/block/{dev.name}/queue/max_sectors_kb") as f:
+        max_kb = int(f.read())
+    started = time.monotonic()
+    assert_never_raised(detector, dev, dict(bs=f"{max_kb}k", iodepth=16, batch=16))
+    s = detector.scrape()
+    merged = value(s, "mergewatch_collapse_merged_request_bytes", device=dev.name)
+    lower = value(s, "mergewatch_collapse_lower_request_bytes", device=dev.name)
+    assert merged <= lower, (merged, lower, time.monotonic() - started)
