@@ -2,18 +2,23 @@
 
 #include <CivetServer.h>
 #include <prometheus/exposer.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/signalfd.h>
 #include <sys/utsname.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 
 #include "bpf_probes.h"
+#include "device_events.h"
 #include "device_namer.h"
 #include "exit_codes.h"
 #include "exporter.h"
@@ -195,6 +200,116 @@ void Tick(BpfProbes& source, DeviceNamer& namer, TopologyKeeper* topology, Colla
   state->Publish(topology->current(), detector->Verdicts());
 }
 
+
+// Device events make a rescan due (debounced); without them (no AF_NETLINK in a sandbox) the
+// periodic --topology.refresh-interval is all there is, and the log says so.
+class DeviceWatch {
+ public:
+  DeviceWatch() : debouncer_(std::chrono::milliseconds(200), std::chrono::milliseconds(600)) {
+    std::string error;
+    source_ = DeviceEventSource::Open(&error);
+    if (source_) {
+      LogInfo("watching block device uevents (receive buffer " + std::to_string(source_->receive_buffer_bytes()) +
+              " bytes)");
+    } else {
+      LogWarn("no device events (" + error + "): new and removed devices are seen only at the periodic rescan "
+              "(--topology.refresh-interval), on SIGHUP and when BPF reports an unknown device");
+    }
+  }
+  int fd() const { return source_ ? source_->fd() : -1; }
+  void OnReadable(TimePoint now) {
+    const DrainResult r = source_->Drain();
+    if (r.overrun) {
+      LogWarn("device events lost (netlink receive buffer overran): rescanning every block device");
+      debouncer_.Urgent(now);
+    }
+    if (r.block_events > 0) {
+      events_ += r.block_events;
+      last_ = r.last;
+      debouncer_.OnEvent(now);
+    }
+  }
+  bool pending() const { return debouncer_.pending(); }
+  TimePoint due() const { return debouncer_.due(); }
+  // True when a rescan is due now; the caller rescans.
+  bool TakeDue(TimePoint now, std::string* why) {
+    if (!debouncer_.Due(now)) return false;
+    *why = std::to_string(events_) + " block device events, last: " + last_;
+    events_ = 0;
+    debouncer_.Done();
+    return true;
+  }
+
+ private:
+  std::unique_ptr<DeviceEventSource> source_;
+  RescanDebouncer debouncer_;
+  int events_ = 0;
+  std::string last_;
+};
+
+// The main loop: waits in poll() for a signal (signalfd), a device event or the next tick.
+// Once a tick (1 s, or half the watchdog interval) the detector sees a fresh snapshot and the
+// watchdog is fed; a due event rescan publishes the new topology at once. Returns the signal
+// that ended it, or -1 on an error.
+int ServeUntilSignal(const Config& config, BpfProbes& probes, DeviceNamer& namer, DeviceWatch& watch,
+                     TopologyKeeper* topology, CollapseDetector* detector, StateCollector* state) {
+  const uint64_t watchdog_usec = SdWatchdogUsec();
+  const Duration tick = std::chrono::milliseconds(
+      watchdog_usec > 0 ? static_cast<long>(std::min<uint64_t>(watchdog_usec / 2000, 1000)) : 1000);
+  sigset_t wait_set;
+  sigemptyset(&wait_set);
+  sigaddset(&wait_set, SIGINT);
+  sigaddset(&wait_set, SIGTERM);
+  sigaddset(&wait_set, SIGHUP);
+  const int signal_fd = signalfd(-1, &wait_set, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (signal_fd < 0) {
+    LogError(std::string("signalfd: ") + strerror(errno));
+    return -1;
+  }
+  TimePoint next_tick = TopologyKeeper::Now() + tick;
+  int exit_signal = 0;
+  while (exit_signal == 0) {
+    TimePoint wake = next_tick;
+    if (watch.pending()) wake = std::min(wake, watch.due());
+    const auto wait = std::chrono::ceil<std::chrono::milliseconds>(wake - TopologyKeeper::Now()).count();
+    pollfd fds[2] = {{signal_fd, POLLIN, 0}, {watch.fd(), POLLIN, 0}};
+    const int ready = poll(fds, watch.fd() >= 0 ? 2 : 1, static_cast<int>(std::max<int64_t>(wait, 0)));
+    if (ready < 0 && errno != EINTR) {
+      LogError(std::string("poll: ") + strerror(errno));
+      close(signal_fd);
+      return -1;
+    }
+    bool rescanned = false;
+    if (ready > 0 && (fds[0].revents & POLLIN)) {
+      signalfd_siginfo info{};
+      while (read(signal_fd, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+        if (info.ssi_signo == SIGINT || info.ssi_signo == SIGTERM) {
+          exit_signal = static_cast<int>(info.ssi_signo);
+        } else if (info.ssi_signo == SIGHUP) {
+          LogInfo("SIGHUP: rescanning block devices in " + config.sysfs_root);
+          topology->Rescan();
+          rescanned = true;
+        }
+      }
+      if (exit_signal != 0) break;
+    }
+    if (ready > 0 && watch.fd() >= 0 && (fds[1].revents & POLLIN)) watch.OnReadable(TopologyKeeper::Now());
+    std::string why;
+    if (watch.TakeDue(TopologyKeeper::Now(), &why)) {
+      LogDebug("rescanning block devices: " + why);
+      topology->Rescan();
+      rescanned = true;
+    }
+    const TimePoint now = TopologyKeeper::Now();
+    if (now >= next_tick || rescanned) {
+      if (watchdog_usec > 0) SdNotify("WATCHDOG=1");
+      Tick(probes, namer, topology, detector, state);
+      next_tick = now + tick;
+    }
+  }
+  close(signal_fd);
+  return exit_signal;
+}
 }  // namespace
 
 void BlockDaemonSignals() {
@@ -258,6 +373,7 @@ int RunDaemon(const Config& config) {
   exposer->RegisterCollectable(collector, config.telemetry_path);
   exposer->RegisterCollectable(state, config.telemetry_path);
 
+  DeviceWatch watch;  // before the first scan: a device added meanwhile is not missed
   TopologyKeeper topology(config.sysfs_root, config.topology_refresh);
   TraceBioLevelWhereNeeded(*topology.current(), probes.get());
   CollapseDetector detector(config.collapse);
@@ -269,33 +385,8 @@ int RunDaemon(const Config& config) {
   SdNotify("READY=1\nSTATUS=" + ready_status);
   LogInfo("ready: " + ready_status);
 
-  // sigtimedwait is the tick: once a second the detector sees a fresh snapshot, and the
-  // watchdog is fed at half its interval.
-  const uint64_t watchdog_usec = SdWatchdogUsec();
-  const long tick_ms = watchdog_usec > 0 ? static_cast<long>(std::min<uint64_t>(watchdog_usec / 2000, 1000)) : 1000;
-  sigset_t wait_set;
-  sigemptyset(&wait_set);
-  sigaddset(&wait_set, SIGINT);
-  sigaddset(&wait_set, SIGTERM);
-  sigaddset(&wait_set, SIGHUP);
-  int exit_signal = 0;
-  while (exit_signal == 0) {
-    timespec timeout{tick_ms / 1000, (tick_ms % 1000) * 1000000L};
-    int sig = sigtimedwait(&wait_set, nullptr, &timeout);
-    if (watchdog_usec > 0) SdNotify("WATCHDOG=1");
-    if (sig == SIGINT || sig == SIGTERM) {
-      exit_signal = sig;
-      break;
-    }
-    if (sig == SIGHUP) {
-      LogInfo("SIGHUP: rescanning block devices in " + config.sysfs_root);
-      topology.Rescan();
-    } else if (sig < 0 && errno != EAGAIN && errno != EINTR) {
-      LogError(std::string("sigtimedwait: ") + strerror(errno));
-      return kExitFailure;
-    }
-    Tick(*probes, namer, &topology, &detector, state.get());
-  }
+  const int exit_signal = ServeUntilSignal(config, *probes, namer, watch, &topology, &detector, state.get());
+  if (exit_signal < 0) return kExitFailure;
 
   LogInfo(std::string("received ") + strsignal(exit_signal) + ", shutting down");
   SdNotify("STOPPING=1\nSTATUS=stopping");
