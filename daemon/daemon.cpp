@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -205,7 +206,7 @@ void Tick(BpfProbes& source, DeviceNamer& namer, TopologyKeeper* topology, Colla
 // periodic --topology.refresh-interval is all there is, and the log says so.
 class DeviceWatch {
  public:
-  DeviceWatch() : debouncer_(std::chrono::milliseconds(200), std::chrono::milliseconds(600)) {
+  DeviceWatch() : planner_(std::chrono::milliseconds(200), std::chrono::milliseconds(600)) {
     std::string error;
     source_ = DeviceEventSource::Open(&error);
     if (source_) {
@@ -218,33 +219,17 @@ class DeviceWatch {
   }
   int fd() const { return source_ ? source_->fd() : -1; }
   void OnReadable(TimePoint now) {
-    const DrainResult r = source_->Drain();
-    if (r.overrun) {
-      LogWarn("device events lost (netlink receive buffer overran): rescanning every block device");
-      debouncer_.Urgent(now);
-    }
-    if (r.block_events > 0) {
-      events_ += r.block_events;
-      last_ = r.last;
-      debouncer_.OnEvent(now);
-    }
+    const DrainResult drained = source_->Drain();
+    if (drained.overrun) LogWarn("device events lost (netlink receive buffer overran): rescanning every block device");
+    planner_.Add(drained, now);
   }
-  bool pending() const { return debouncer_.pending(); }
-  TimePoint due() const { return debouncer_.due(); }
-  // True when a rescan is due now; the caller rescans.
-  bool TakeDue(TimePoint now, std::string* why) {
-    if (!debouncer_.Due(now)) return false;
-    *why = std::to_string(events_) + " block device events, last: " + last_;
-    events_ = 0;
-    debouncer_.Done();
-    return true;
-  }
+  bool pending() const { return planner_.pending(); }
+  TimePoint due() const { return planner_.due(); }
+  std::optional<std::string> TakeDue(TimePoint now, bool* events_lost) { return planner_.TakeDue(now, events_lost); }
 
  private:
   std::unique_ptr<DeviceEventSource> source_;
-  RescanDebouncer debouncer_;
-  int events_ = 0;
-  std::string last_;
+  RescanPlanner planner_;
 };
 
 // The main loop: waits in poll() for a signal (signalfd), a device event or the next tick.
@@ -294,11 +279,14 @@ int ServeUntilSignal(const Config& config, BpfProbes& probes, DeviceNamer& namer
       if (exit_signal != 0) break;
     }
     if (ready > 0 && watch.fd() >= 0 && (fds[1].revents & POLLIN)) watch.OnReadable(TopologyKeeper::Now());
-    std::string why;
-    if (watch.TakeDue(TopologyKeeper::Now(), &why)) {
-      LogDebug("rescanning block devices: " + why);
+    bool after_loss = false;
+    if (const std::optional<std::string> why = watch.TakeDue(TopologyKeeper::Now(), &after_loss)) {
       topology->Rescan();
       rescanned = true;
+      // After lost events the rescan is the only news of what they were: worth the info level.
+      Log(after_loss ? LogLevel::kInfo : LogLevel::kDebug,
+          "rescanned block devices after " + *why + ": " + std::to_string(topology->current()->devices().size()) +
+              " devices");
     }
     const TimePoint now = TopologyKeeper::Now();
     if (now >= next_tick || rescanned) {

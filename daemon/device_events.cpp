@@ -61,6 +61,33 @@ void RescanDebouncer::Urgent(TimePoint now) {
 
 TimePoint RescanDebouncer::due() const { return std::min(last_ + quiet_, first_ + max_delay_); }
 
+void RescanPlanner::Add(const DrainResult& drained, TimePoint now) {
+  if (drained.overrun) {
+    debouncer_.Urgent(now);
+    lost_ = true;
+  }
+  if (drained.block_events == 0) return;
+  events_ += drained.block_events;
+  for (const std::string& what : drained.seen)
+    if (seen_.size() < DrainResult::kMaxListed && std::find(seen_.begin(), seen_.end(), what) == seen_.end())
+      seen_.push_back(what);
+  debouncer_.OnEvent(now);
+}
+
+std::optional<std::string> RescanPlanner::TakeDue(TimePoint now, bool* events_lost) {
+  if (!debouncer_.Due(now)) return std::nullopt;
+  std::string why = std::to_string(events_) + " block device events";
+  for (size_t i = 0; i < seen_.size(); ++i) why += (i == 0 ? ": " : ", ") + seen_[i];
+  if (events_ > static_cast<int>(seen_.size())) why += ", ...";
+  if (lost_) why += "; events were lost";
+  *events_lost = lost_;
+  events_ = 0;
+  seen_.clear();
+  lost_ = false;
+  debouncer_.Done();
+  return why;
+}
+
 std::unique_ptr<DeviceEventSource> DeviceEventSource::Open(std::string* error) {
   const int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_KOBJECT_UEVENT);
   if (fd < 0) {
@@ -114,7 +141,6 @@ DrainResult DeviceEventSource::Drain() {
     }
     if (message.msg_flags & MSG_TRUNC) {  // cannot tell what it was: rescan to be safe
       ++result.block_events;
-      result.last = "truncated message";
       continue;
     }
     const std::optional<Uevent> event = ParseKernelUevent(buffer, static_cast<size_t>(n));
@@ -123,7 +149,10 @@ DrainResult DeviceEventSource::Drain() {
       continue;
     }
     ++result.block_events;
-    result.last = event->action + " " + (event->devname.empty() ? event->devpath : event->devname);
+    const std::string what = event->action + " " + (event->devname.empty() ? event->devpath : event->devname);
+    if (result.seen.size() < DrainResult::kMaxListed &&
+        std::find(result.seen.begin(), result.seen.end(), what) == result.seen.end())
+      result.seen.push_back(what);
   }
   return result;
 }

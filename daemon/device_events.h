@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "detector.h"  // Duration, TimePoint
 
@@ -59,7 +60,28 @@ struct DrainResult {
   int block_events = 0;   // SUBSYSTEM=block messages from the kernel
   int other_events = 0;   // other subsystems, or not from the kernel: ignored
   bool overrun = false;   // ENOBUFS: the kernel dropped messages; only a full rescan is safe
-  std::string last;       // "add loop3" of the last block event, for the log
+  // "add loop3", "change loop0": the distinct block events, in order, at most kMaxListed, for the log
+  std::vector<std::string> seen;
+  static constexpr size_t kMaxListed = 8;
+};
+
+// What the main loop does with drained events: block events make a debounced rescan due, lost
+// events (ENOBUFS) one at once. Pure: the caller passes the time.
+class RescanPlanner {
+ public:
+  RescanPlanner(Duration quiet, Duration max_delay) : debouncer_(quiet, max_delay) {}
+  void Add(const DrainResult& drained, TimePoint now);
+  bool pending() const { return debouncer_.pending(); }
+  TimePoint due() const { return debouncer_.due(); }
+  // When a rescan is due now: what led to it, for the log ("3 block device events: add loop7,
+  // ...", "...; events were lost"), and whether events were lost; the caller rescans.
+  std::optional<std::string> TakeDue(TimePoint now, bool* events_lost);
+
+ private:
+  RescanDebouncer debouncer_;
+  int events_ = 0;
+  std::vector<std::string> seen_;
+  bool lost_ = false;
 };
 
 class DeviceEventSource {

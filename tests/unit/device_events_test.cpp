@@ -112,5 +112,49 @@ TEST(RescanDebouncer, UrgentIsDueAtOnce) {
   EXPECT_TRUE(d.Due(At(3000)));
 }
 
+DrainResult Events(int block, std::vector<std::string> seen, bool overrun = false) {
+  DrainResult r;
+  r.block_events = block;
+  r.seen = std::move(seen);
+  r.overrun = overrun;
+  return r;
+}
+
+TEST(RescanPlanner, BlockEventsMakeADebouncedRescanDueAndSayWhich) {
+  RescanPlanner p(milliseconds(200), milliseconds(600));
+  p.Add(Events(0, {}), At(0));
+  EXPECT_FALSE(p.pending());  // a drain of other subsystems' events only
+  p.Add(Events(2, {"add loop7", "change loop7"}), At(100));
+  p.Add(Events(1, {"add loop7"}), At(150));
+  bool lost = true;
+  EXPECT_FALSE(p.TakeDue(At(349), &lost));
+  const auto why = p.TakeDue(At(350), &lost);
+  ASSERT_TRUE(why);
+  EXPECT_EQ(*why, "3 block device events: add loop7, change loop7, ...");
+  EXPECT_FALSE(lost);
+  EXPECT_FALSE(p.pending());
+}
+
+TEST(RescanPlanner, LostEventsMakeARescanDueAtOnceEvenWithoutABlockEvent) {
+  RescanPlanner p(milliseconds(200), milliseconds(600));
+  p.Add(Events(0, {}, /*overrun=*/true), At(1000));  // the queue held only bdi events
+  bool lost = false;
+  const auto why = p.TakeDue(At(1000), &lost);
+  ASSERT_TRUE(why);
+  EXPECT_EQ(*why, "0 block device events; events were lost");
+  EXPECT_TRUE(lost);
+  EXPECT_FALSE(p.TakeDue(At(5000), &lost));  // once
+}
+
+TEST(RescanPlanner, ListsAtMostEightDistinctEvents) {
+  RescanPlanner p(milliseconds(200), milliseconds(600));
+  for (int i = 0; i < 20; ++i) p.Add(Events(1, {"add loop" + std::to_string(i)}), At(i));
+  bool lost = false;
+  const auto why = p.TakeDue(At(1000), &lost);
+  ASSERT_TRUE(why);
+  EXPECT_EQ(*why, "20 block device events: add loop0, add loop1, add loop2, add loop3, add loop4, add loop5, "
+                  "add loop6, add loop7, ...");
+}
+
 }  // namespace
 }  // namespace mergewatch
