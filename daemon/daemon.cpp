@@ -8,9 +8,9 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -201,7 +201,6 @@ void Tick(BpfProbes& source, DeviceNamer& namer, TopologyKeeper* topology, Colla
   state->Publish(topology->current(), detector->Verdicts());
 }
 
-
 // Device events make a rescan due (debounced); without them (no AF_NETLINK in a sandbox) the
 // periodic --topology.refresh-interval is all there is, and the log says so.
 class DeviceWatch {
@@ -220,7 +219,8 @@ class DeviceWatch {
   int fd() const { return source_ ? source_->fd() : -1; }
   void OnReadable(TimePoint now) {
     const DrainResult drained = source_->Drain();
-    if (drained.overrun) LogWarn("device events lost (netlink receive buffer overran): rescanning every block device");
+    if (drained.overrun)
+      LogWarn("device events lost (netlink receive buffer overran): rescanning every block device");
     planner_.Add(drained, now);
   }
   bool pending() const { return planner_.pending(); }
@@ -278,7 +278,9 @@ int ServeUntilSignal(const Config& config, BpfProbes& probes, DeviceNamer& namer
       }
       if (exit_signal != 0) break;
     }
-    if (ready > 0 && watch.fd() >= 0 && (fds[1].revents & POLLIN)) watch.OnReadable(TopologyKeeper::Now());
+    // POLLERR too: a pending ENOBUFS must be read off the socket, or poll() would return at once forever.
+    if (ready > 0 && watch.fd() >= 0 && (fds[1].revents & (POLLIN | POLLERR)))
+      watch.OnReadable(TopologyKeeper::Now());
     bool after_loss = false;
     if (const std::optional<std::string> why = watch.TakeDue(TopologyKeeper::Now(), &after_loss)) {
       topology->Rescan();
@@ -298,6 +300,7 @@ int ServeUntilSignal(const Config& config, BpfProbes& probes, DeviceNamer& namer
   close(signal_fd);
   return exit_signal;
 }
+
 }  // namespace
 
 void BlockDaemonSignals() {
