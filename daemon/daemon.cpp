@@ -116,7 +116,13 @@ class TopologyKeeper {
     for (const auto& [key, stats] : snapshot.stats) unknown |= !Knows(key.major, key.minor, key.diskseq);
     // Unknown devices may also be ones that are gone for good: rescan at most once a second then.
     const Duration since = Now() - last_scan_;
-    if (since >= refresh_ || (unknown && since >= std::chrono::seconds(1))) Rescan();
+    if (since >= refresh_) {
+      LogDebug("rescanning block devices: --topology.refresh-interval elapsed");
+      Rescan();
+    } else if (unknown && since >= std::chrono::seconds(1)) {
+      LogDebug("rescanning block devices: BPF reported a device the last scan did not show");
+      Rescan();
+    }
   }
   // The device at major:minor in the last scan, and the same incarnation of it.
   bool Knows(uint32_t major, uint32_t minor, uint64_t diskseq) const {
