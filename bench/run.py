@@ -16,8 +16,9 @@ time per I/O is the sum of the run_time_ns of the tracer's own programs (found t
 process holds) over the I/Os every disk completed meanwhile; per program, the tracepoint comes from
 the program's link or perf event.
 Then the daemon's own cost: time to READY (NOTIFY_SOCKET datagram socket bound here), CPU idle and
-under load (utime+stime in /proc/PID/stat), peak RSS (VmHWM), and /metrics latency with 32 loop
-devices doing light I/O.
+under load (utime+stime in /proc/PID/stat), CPU idle with 100 loop devices attached and the rescans
+their attach and detach bursts cause (uevent-driven, counted in the daemon's debug log), peak RSS
+(VmHWM), and /metrics latency with 32 loop devices doing light I/O.
 
 The machine may be shared: before each measurement the script waits (up to --quiet-wait s) until no
 foreign BPF program is attached to a block tracepoint and other disks are idle, and it flags every
