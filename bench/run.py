@@ -16,8 +16,9 @@ time per I/O is the sum of the run_time_ns of the tracer's own programs (found t
 process holds) over the I/Os every disk completed meanwhile; per program, the tracepoint comes from
 the program's link or perf event.
 Then the daemon's own cost: time to READY (NOTIFY_SOCKET datagram socket bound here), CPU idle and
-under load (utime+stime in /proc/PID/stat), peak RSS (VmHWM), and /metrics latency with 32 loop
-devices doing light I/O.
+under load (utime+stime in /proc/PID/stat), CPU idle with 100 loop devices attached and the rescans
+their attach and detach bursts cause (uevent-driven, counted in the daemon's debug log), peak RSS
+(VmHWM), and /metrics latency with 32 loop devices doing light I/O.
 
 The machine may be shared: before each measurement the script waits (up to --quiet-wait s) until no
 foreign BPF program is attached to a block tracepoint and other disks are idle, and it flags every
@@ -62,6 +63,7 @@ TARGET_IOPS_SHARE = 0.97
 TARGET_RSS_MIB = 12
 TARGET_SCRAPE_P99_MS = 2
 TARGET_READY_MS = 300
+TARGET_IDLE_MS_PER_S = 1
 
 
 def log(msg):
@@ -132,7 +134,7 @@ def make_loop(size_mb, name, fill=False):
     CLEANUP.push(f"rm {path}", lambda: os.path.exists(path) and os.unlink(path))
     dev = run(["losetup", "-f", "--show", path]).stdout.strip()
     OWN_LOOPS.append((dev, path))
-    CLEANUP.push(f"losetup -d {dev}", lambda: run(["losetup", "-d", dev]))
+    CLEANUP.push(f"losetup -d {dev}", lambda: run(["losetup", "-j", path]).stdout.strip() and run(["losetup", "-d", dev]))
     if fill:  # real pages, not holes
         run(["dd", "if=/dev/zero", f"of={dev}", "bs=1M", f"count={size_mb}", "oflag=direct"])
     return dev
@@ -340,9 +342,10 @@ class Tracer:
 class Mergewatchd(Tracer):
     stop_signal = signal.SIGTERM  # its documented clean shutdown (exit 0, every link detached)
 
-    def __init__(self, binary, name="mergewatchd", extra_args=()):
+    def __init__(self, binary, name="mergewatchd", extra_args=(), log_level="warn", log_path=None):
         super().__init__(name)
         self.binary, self.extra_args = binary, list(extra_args)
+        self.log_level, self.log_path = log_level, log_path
         self.ready_ms = None
         self.port = None
 
@@ -356,10 +359,15 @@ class Mergewatchd(Tracer):
         with socket.socket() as s:  # a free port per start: a lingering socket never collides
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
+        # A log file rather than a pipe when the log is read while the daemon runs (a debug log
+        # would fill a pipe nobody drains).
+        log = open(self.log_path, "w") if self.log_path else subprocess.PIPE
         t0 = time.monotonic()
-        self.proc = spawn([self.binary, f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn",
-                           *self.extra_args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          text=True)
+        self.proc = spawn([self.binary, f"--web.listen-address=127.0.0.1:{self.port}",
+                           f"--log.level={self.log_level}", *self.extra_args], env=env, stdout=subprocess.DEVNULL,
+                          stderr=log, text=True)
+        if self.log_path:
+            log.close()
         try:
             while True:
                 try:
@@ -369,7 +377,8 @@ class Mergewatchd(Tracer):
                 except socket.timeout:
                     pass
                 if self.proc.poll() is not None:
-                    raise RuntimeError(f"mergewatchd exited with {self.proc.returncode}: {self.proc.stderr.read()}")
+                    err = self.proc.stderr.read() if self.proc.stderr else open(self.log_path).read()
+                    raise RuntimeError(f"mergewatchd exited with {self.proc.returncode}: {err}")
                 if time.monotonic() - t0 > 30:
                     self.stop()
                     raise RuntimeError("mergewatchd sent no READY=1 within 30 s")
@@ -628,6 +637,62 @@ def daemon_idle(daemon_bin, starts, idle_seconds):
             "idle_rss_kib": rss, "hwm_kib": max(hwms + [hwm])}
 
 
+def rescans_in(log_path):
+    """Event-driven rescans the daemon logged (debug level): "rescanned block devices after N block
+    device events..." lines, and the events they covered."""
+    rescans = events = 0
+    with open(log_path) as f:
+        for line in f:
+            if "rescanned block devices after " in line:
+                rescans += 1
+                events += int(line.split("rescanned block devices after ", 1)[1].split()[0])
+    return rescans, events
+
+
+def idle_with_devices(daemon_bin, count, idle_seconds):
+    """The daemon while `count` loop devices are attached in a burst, then idle, then detached in a
+    burst: rescans per burst (uevent-driven, debounced) and CPU per second while they sit idle."""
+    log_dir = tempfile.mkdtemp(prefix="mw-bench-log-")
+    CLEANUP.push(f"rm -r {log_dir}", lambda: shutil.rmtree(log_dir, ignore_errors=True))
+    log_path = os.path.join(log_dir, "mergewatchd.log")
+    d = Mergewatchd(daemon_bin, log_level="debug", log_path=log_path)
+    d.start()
+    devs = []
+    try:
+        time.sleep(1)
+        r0 = rescans_in(log_path)
+        t0 = time.monotonic()
+        for i in range(count):
+            devs.append(make_loop(1, f"idle{i}"))
+        attach_s = time.monotonic() - t0
+        time.sleep(2)  # the last debounced rescan
+        r1 = rescans_in(log_path)
+        names = {os.path.basename(x) for x in devs}
+        text = urllib.request.urlopen(f"http://127.0.0.1:{d.port}/metrics", timeout=10).read().decode()
+        shown = {n for n in names if f'mergewatch_device_info{{device="{n}"' in text}
+        cpu_s, t_idle = proc_cpu_seconds(d.proc.pid), time.monotonic()
+        time.sleep(idle_seconds)
+        idle = (proc_cpu_seconds(d.proc.pid) - cpu_s) / (time.monotonic() - t_idle)
+        r_idle = rescans_in(log_path)  # other devices' events (a shared machine) rescan too
+        t0 = time.monotonic()
+        for dev in devs:
+            run(["losetup", "-d", dev])
+        detach_s = time.monotonic() - t0
+        time.sleep(2)
+        r2 = rescans_in(log_path)
+        rss, hwm = status_kib(d.proc.pid, "VmRSS"), status_kib(d.proc.pid, "VmHWM")
+    finally:
+        d.stop()
+        for dev, path in OWN_LOOPS:  # their cleanup steps tolerate a device detached here
+            if dev in devs and os.path.exists(path):
+                os.unlink(path)
+    return {"devices": count, "shown_after_burst": len(shown), "attach_s": attach_s, "detach_s": detach_s,
+            "attach_rescans": r1[0] - r0[0], "attach_events": r1[1] - r0[1],
+            "detach_rescans": r2[0] - r_idle[0], "detach_events": r2[1] - r_idle[1],
+            "idle_rescans": r_idle[0] - r1[0], "idle_events": r_idle[1] - r1[1],
+            "idle_cpu_s_per_s": idle, "idle_seconds": idle_seconds, "rss_kib": rss, "hwm_kib": hwm}
+
+
 # --- report ----------------------------------------------------------------------------------
 
 def fmt_range(values, digits=0, unit=""):
@@ -768,6 +833,8 @@ def main():
         set_queue(dev, nomerges=0)
         log(f"daemon: {ready_starts} starts to READY, {idle_seconds} s idle")
         results["idle"] = daemon_idle(args.daemon, ready_starts, idle_seconds)
+        log(f"daemon: 100 loop devices attached in a burst, {idle_seconds} s idle, detached in a burst")
+        results["idle_devices"] = idle_with_devices(args.daemon, 100, idle_seconds)
         log(f"/metrics with 32 loop devices doing light I/O, {args.scrapes} scrapes")
         results["scrape"] = metrics_latency(args.daemon, 32, args.scrapes)
     finally:
@@ -859,7 +926,7 @@ def report(results, args, when, load_start, wall, daemon, forced):
     lines += program_table("collapse: where mergewatchd's BPF time goes", results["collapse"], daemon.name,
                            "floor (empty programs)", peers) + [""]
 
-    idle, scrape = results["idle"], results["scrape"]
+    idle, scrape, idev = results["idle"], results["scrape"], results["idle_devices"]
     rr = results["randread"]
     load_cpu = [r["plain"]["tracer_cpu_s_per_s"] * 1e3 for r in rr[daemon.name]]
     hwm = max([idle["hwm_kib"], scrape["hwm_kib"]]
@@ -870,6 +937,13 @@ def report(results, args, when, load_start, wall, daemon, forced):
               f"{ready[-1]:.0f} ms | {TARGET_READY_MS} ms |",
               f"| time to READY with 32 more loop devices | {scrape['ready_ms']:.0f} ms | {TARGET_READY_MS} ms |",
               f"| CPU idle ({idle['idle_seconds']} s) | {idle['idle_cpu_s_per_s'] * 1e3:.1f} ms/s | |",
+              f"| CPU idle with {idev['devices']} more loop devices attached and idle ({idev['idle_seconds']} s) | "
+              f"{idev['idle_cpu_s_per_s'] * 1e3:.2f} ms/s ({idev['idle_rescans']} rescans for {idev['idle_events']} "
+              f"uevents of other devices meanwhile) | {TARGET_IDLE_MS_PER_S} ms/s |",
+              f"| {idev['devices']} loop devices attached in a burst ({idev['attach_s']:.1f} s), then detached "
+              f"({idev['detach_s']:.1f} s) | {idev['attach_rescans']} rescans for {idev['attach_events']} uevents, "
+              f"then {idev['detach_rescans']} for {idev['detach_events']}; {idev['shown_after_burst']} of "
+              f"{idev['devices']} in /metrics 2 s after the burst | |",
               f"| CPU under randread load | {median(load_cpu):.1f} ms/s (min-max {min(load_cpu):.1f}-"
               f"{max(load_cpu):.1f}) | |",
               f"| RSS idle / peak (VmHWM, every start) | {idle['idle_rss_kib'] / 1024:.1f} MiB / {hwm:.1f} MiB | "
@@ -895,6 +969,8 @@ def report(results, args, when, load_start, wall, daemon, forced):
               f"| RSS <= {TARGET_RSS_MIB} MiB (peak) | {hwm:.1f} MiB | {check(hwm <= TARGET_RSS_MIB)} |",
               f"| `/metrics` p99 <= {TARGET_SCRAPE_P99_MS} ms, 32 devices | {scrape['p99_ms']:.2f} ms | "
               f"{check(scrape['p99_ms'] <= TARGET_SCRAPE_P99_MS)} |",
+              f"| CPU idle <= {TARGET_IDLE_MS_PER_S} ms/s with {idev['devices']} loop devices attached | "
+              f"{idev['idle_cpu_s_per_s'] * 1e3:.2f} ms/s | {check(idev['idle_cpu_s_per_s'] * 1e3 <= TARGET_IDLE_MS_PER_S)} |",
               f"| READY <= {TARGET_READY_MS} ms | max {max(ready + [scrape['ready_ms']]):.0f} ms | "
               f"{check(max(ready + [scrape['ready_ms']]) <= TARGET_READY_MS)} |"]
     if results["cleanup_problems"]:

@@ -67,9 +67,10 @@ ParseResult ParseFlags(int argc, const char* const* argv) {
                  "one (raw_tp reads each field with bpf_probe_read_kernel, slower)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "tp_btf", "raw_tp"}));
-  std::string refresh = "5s";
+  std::string refresh = "1m";
   app.add_option("--topology.refresh-interval", refresh,
-                 "How often sysfs is rescanned for devices and queue settings (also on SIGHUP and new devices)")
+                 "How often sysfs is rescanned regardless of events, for queue settings (devices added, removed or "
+                 "changed are rescanned on their uevent, also on SIGHUP and unknown devices)")
       ->capture_default_str();
 
   CollapsePolicy& policy = config.collapse;

@@ -25,7 +25,9 @@ struct Config {
   LogLevel log_level = LogLevel::kInfo;
   uint32_t inflight_entries = MW_DEFAULT_INFLIGHT_ENTRIES;
   std::string program_type = "auto";  // auto (tp_btf, else raw_tp), tp_btf or raw_tp
-  Duration topology_refresh = std::chrono::seconds(5);
+  // A safety net: device add/remove/change arrive as uevents; what has none (queue/ settings
+  // written by an admin) shows within this.
+  Duration topology_refresh = std::chrono::minutes(1);
   CollapsePolicy collapse;
   // Tests only (hidden flag): the main loop returns an error after this many ticks, so the
   // error exit path runs with scrapes in flight.

@@ -75,7 +75,7 @@ def test_unit_template_has_the_required_settings():
     assert svc("ExecStart") == ["@SBINDIR@/mergewatchd $MERGEWATCHD_ARGS"]
     assert svc("AmbientCapabilities") == svc("CapabilityBoundingSet") == ["CAP_BPF CAP_PERFMON"]
     assert svc("ProtectSystem") == ["strict"] and svc("NoNewPrivileges") == ["yes"]
-    assert svc("RestrictAddressFamilies") == ["AF_UNIX AF_INET AF_INET6"]  # sd_notify, IPv4 and IPv6 listeners
+    assert svc("RestrictAddressFamilies") == ["AF_UNIX AF_INET AF_INET6 AF_NETLINK"]  # sd_notify, listeners, uevents
     allowed = svc("SystemCallFilter")[0].split()
     assert "bpf" in allowed and "perf_event_open" in allowed
     for denied in svc("SystemCallFilter")[1:]:
@@ -230,7 +230,7 @@ def children(pid):
 @pytest.mark.privileged
 def test_daemon_stays_inside_the_units_sandbox(workdir, processes):
     """strace the daemon through start, scrapes and SIGTERM: every system call is in the unit's
-    SystemCallFilter, sockets are AF_UNIX/AF_INET only, nothing is opened for writing, and only
+    SystemCallFilter, sockets are of the unit's RestrictAddressFamilies only (AF_NETLINK for uevents included), nothing is opened for writing, and only
     /proc/self and sysfs/library paths are read (ProtectSystem=strict, ProcSubset=pid, PrivateDevices)."""
     daemon = daemon_binary()
     port = free_port()
@@ -255,7 +255,9 @@ def test_daemon_stays_inside_the_units_sandbox(workdir, processes):
     assert not outside, f"system calls the unit's SystemCallFilter would refuse: {outside}"
 
     families = set(re.findall(r"socket\((AF_\w+)", text))
-    assert families <= {"AF_UNIX", "AF_INET"}, families
+    allowed_families = set(unit_settings()[("[Service]", "RestrictAddressFamilies")][0].split())
+    assert families <= allowed_families, families
+    assert "AF_NETLINK" in families, "no uevent socket: device events would not work under the unit"
 
     opened = re.findall(r'open(?:at)?\((?:AT_FDCWD, )?"([^"]+)", ([A-Z_|]+)', text)
     writes = [(p, f) for p, f in opened if re.search(r"O_WRONLY|O_RDWR|O_CREAT", f)]

@@ -173,6 +173,9 @@ def test_start_returns_only_when_active_listening_and_attached(res):
            f"Type={s.get('Type')} StatusText={s.get('StatusText')!r} (READY=1 carries STATUS=)")
     # The flags in /etc/default/mergewatchd reached the daemon (EnvironmentFile= + $MERGEWATCHD_ARGS).
     expect(f"listening on {LISTEN}" in read("journal-mergewatchd.txt"), f"no 'listening on {LISTEN}' in the journal")
+    # RestrictAddressFamilies= lets the DynamicUser open and bind the kernel's uevent socket.
+    expect("watching block device uevents" in read("journal-mergewatchd.txt"),
+           "no 'watching block device uevents' in the journal: device events refused under the unit")
 
 
 def test_main_process_is_a_dynamic_user_with_only_bpf_and_perfmon(res):
