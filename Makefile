@@ -107,6 +107,13 @@ run: all
 
 # Every suite runs even when an earlier one fails; the summary line decides the exit code.
 REPORTS := $(BUILD)/reports
+# Golden update mode compares nothing: a test run in it must not be taken for a pass. Any value
+# counts (the tests check that the variable exists, not what it says).
+ifneq ($(filter test,$(MAKECMDGOALS)),)
+ifneq ($(origin MERGEWATCH_UPDATE_GOLDEN),undefined)
+$(error make test: MERGEWATCH_UPDATE_GOLDEN is set, which rewrites the golden files instead of checking them; unset it (rewrite goldens with MERGEWATCH_UPDATE_GOLDEN=1 $(BUILD)/mergewatch_unit_tests, review the diff, then run make test))
+endif
+endif
 test: all
 	@rm -rf $(REPORTS); status=0; \
 	$(MAKE) --no-print-directory test-unit || status=1; \
