@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import fio, value
+from conftest import absent, baseline, fio, value
 
 pytestmark = pytest.mark.privileged
 
@@ -89,7 +89,7 @@ def test_device_churn_reuses_minors_without_carrying_old_data(daemon_factory, tm
                 subprocess.run(["losetup", "-d", path], check=True)
                 os.unlink(backing)
             s = d.scrape()
-            assert value(s, SIZE + "_count", device=name, op="read") == 0, (cycle, name, "series of a detached device")
+            assert absent(s, SIZE + "_count", device=name), (cycle, name, "series of a detached device")
             assert d.proc.poll() is None, d.log_text()
             if cycle == 30:
                 rss_warm = rss_kib(d.proc.pid)
@@ -116,15 +116,30 @@ def test_inflight_overflow_is_counted_and_the_rest_stays_right(daemon_factory, l
     dev = loop_device(size_mb=128)
     dev.set_queue(scheduler="none", nomerges=0)
     reads_before = dev.stat()[0]  # a loop disk's diskstats survive detach: compare deltas
+    # The drop counters are the daemon's, over every disk of the host (other tests' I/O too): deltas.
+    s0 = d.scrape()
+    full0 = value(s0, DROPPED, reason="inflight_map_full")
+    unmatched0 = value(s0, DROPPED, reason="complete_without_issue")
     fio(dev, rw="randread", iodepth=128, batch=32, size_mb=64, extra=("--numjobs=2",))
     s = d.scrape()
     requests = value(s, SIZE + "_count", device=dev.name, op="read")
     assert requests == dev.stat()[0] - reads_before        # sizes are not touched by the overflow
     dropped = value(s, DROPPED, reason="inflight_map_full")
-    assert dropped > 0, "64 slots under 256 requests in flight must overflow"
     timed = value(s, LATENCY + "_count", device=dev.name, op="read")
-    unmatched = value(s, DROPPED, reason="complete_without_issue")
-    assert timed + dropped + unmatched >= requests, (timed, dropped, unmatched, requests)
+    untimed = requests - timed
+    # The overflow hit this device's own requests, and every one of them that went untimed was
+    # counted: at issue (both ways busy) or, where its slot was taken meanwhile, at completion.
+    # Other disks' requests can only add to the deltas, never make up for a missing count.
+    assert untimed > 0, "64 slots under 256 requests in flight must leave some requests untimed"
+    assert dropped - full0 > 0, "64 slots under 256 requests in flight must overflow"
+    unmatched = value(s, DROPPED, reason="complete_without_issue") - unmatched0
+    print(f"in-flight overflow: {requests} requests, {untimed} untimed, +{dropped - full0} inflight_map_full, "
+          f"+{unmatched} complete_without_issue")
+    assert untimed <= (dropped - full0) + unmatched, (requests, timed, dropped - full0, unmatched)
+    # Under none there is no insert: a request finding both ways busy at issue is counted there.
+    # Only two CPUs claiming one free slot at once leave a request to be counted at completion
+    # instead, a rare race; 10% is far above it and far below a miscount at issue.
+    assert dropped - full0 >= 0.9 * untimed, (requests, timed, dropped - full0, unmatched)
     assert 0 < value(s, LATENCY + "_sum", device=dev.name, op="read") / timed < 1.0
     assert value(s, "mergewatch_bpf_inflight_capacity") == 64
 
@@ -134,7 +149,8 @@ def test_inflight_overflow_is_counted_and_the_rest_stays_right(daemon_factory, l
     new_requests = value(s2, SIZE + "_count", device=dev.name, op="read") - requests
     new_timed = value(s2, LATENCY + "_count", device=dev.name, op="read") - timed
     assert new_requests == 1024 and new_timed == new_requests, (new_requests, new_timed)
-    assert value(s2, DROPPED, reason="inflight_map_full") == dropped
+    # No new overflow from this device; other disks of the host may still add a few.
+    assert value(s2, DROPPED, reason="inflight_map_full") - dropped < new_requests
     assert d.stop() == 0
 
 
@@ -237,7 +253,10 @@ def test_malformed_sysfs_tree_warns_per_entry_and_keeps_the_good_ones(daemon_fac
     assert "ghost" in log and "loopy" in log, log
     s = d.scrape()
     assert value(s, "mergewatch_queue_nomerges", device="loop9") == 0
-    assert ("mergewatch_device_info", frozenset({("device", "loop8")})) not in s
+    assert absent(s, "mergewatch_device_info", device="loop8"), "the malformed entry must be dropped"
+    assert not absent(s, "mergewatch_device_info", device="loop9"), "the good entry must be kept"
+    assert value(s, "mergewatch_device_info", device="loop9", kind="loop", disk="loop9", dm_name="", lvm_vg="",
+                 lvm_lv="", lvm_layer="") == 1
     assert d.stop() == 0
 
 
