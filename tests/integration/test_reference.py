@@ -66,3 +66,30 @@ def test_every_exported_metric_is_documented(daemon_factory, loop_device):
     assert "mergewatch_collapse_small_request_ratio" in ours, "the detector's evidence should be exported"
     undocumented = ours - readme_metrics()
     assert not undocumented, "exported but missing from the README's metrics table"
+
+
+def exit_codes_in_code():
+    """{name: code} from daemon/exit_codes.h."""
+    text = open(os.path.join(REPO, "daemon", "exit_codes.h")).read()
+    return {name: int(code) for name, code in re.findall(r"^\s+(kExit\w+) = (\d+),", text, re.M)}
+
+
+def test_exit_codes_agree_across_code_readme_runbook_and_unit():
+    """Every exit code of exit_codes.h is in the README's table, the runbook names every failure
+    code, and the unit retries exactly the ones that can heal by retrying: 1 (unexpected runtime
+    failure) and 6 (BPF load/attach, e.g. a transient resource shortage) and 5 (the port may come
+    free) restart; 2, 3 and 4 (a flag, the kernel, the privileges) need an operator first."""
+    codes = exit_codes_in_code()
+    assert set(codes.values()) == set(range(7)), codes
+    documented = {int(c) for c in re.findall(r"^\| (\d+) \|", readme_section("Exit codes"), re.M)}
+    assert documented == set(codes.values()), "README exit code table vs daemon/exit_codes.h"
+    runbook = open(os.path.join(REPO, "docs", "runbook.md")).read()
+    in_runbook = {int(c) for c in re.findall(r"^\s+\| (\d+) \|", runbook, re.M)}
+    assert in_runbook == set(codes.values()) - {codes["kExitOk"], codes["kExitFailure"]}, in_runbook
+    unit = open(os.path.join(REPO, "deploy", "systemd", "mergewatchd.service.in")).read()
+    prevent = {int(c) for c in re.search(r"^RestartPreventExitStatus=(.*)$", unit, re.M).group(1).split()}
+    assert prevent == {codes["kExitUsage"], codes["kExitNoBtf"], codes["kExitNoPrivilege"]}, prevent
+    assert re.search(r"^Restart=on-failure$", unit, re.M), "exits 1, 5 and 6 must be restarted"
+    for name in ("kExitFailure", "kExitListen", "kExitBpfLoad"):
+        assert codes[name] not in prevent, name
+    assert "Exits 2, 3 and 4 are not retried" in runbook
