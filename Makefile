@@ -22,7 +22,7 @@ ARCH := $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/' -e 's/pp
 DEB_PACKAGES := clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config g++ make \
 	prometheus-cpp-dev libcivetweb-dev libcli11-dev libgtest-dev \
 	fio curl util-linux python3 python3-pytest python3-prometheus-client prometheus \
-	qemu-system-x86 busybox-static kmod cpio lvm2 e2fsprogs iproute2 procps gzip \
+	qemu-system-x86 busybox-static kmod cpio lvm2 mdadm e2fsprogs iproute2 procps gzip \
 	prometheus-alertmanager systemd strace
 
 ifeq ($(V),1)

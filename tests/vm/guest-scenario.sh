@@ -301,4 +301,5 @@ done
 
 echo 0 > /sys/block/$DISK/queue/nomerges
 umount /mnt/snap /mnt/origin
+[ -z "$DAEMON" ] || "$HERE/guest-stacking.sh" || log "stacking checks failed: see stacking/results.txt"
 log "scenario done"

@@ -14,7 +14,7 @@
 #     --file-mb N          size of each test file in MiB (default 64)
 #     --reader cat|dd      sequential reader (default cat)
 #     --bpftrace           run tests/vm/blk-events.bt around every case (slow start)
-#     --timeout SEC        bound on the whole qemu run (default 270, 600 with --bpftrace)
+#     --timeout SEC        bound on the whole qemu run (default 320, 600 with --bpftrace)
 #     --smp N --mem MiB    guest size (default 2, 2048)
 #     --systemd            systemd mode (needs --daemon): boot the host's systemd as PID 1 with
 #                          `make install DESTDIR=DIR/rootfs DAEMON=<--daemon>` copied into the
@@ -107,7 +107,7 @@ if [ "$systemd" = 1 ]; then
 	[ -z "$unit_dropin" ] || [ -f "$unit_dropin" ] || die "--unit-dropin '$unit_dropin' is not a file"
 	[ -x /lib/systemd/systemd ] || die "--systemd: /lib/systemd/systemd missing on the host (the guest's userland)"
 fi
-[ -n "$timeout_s" ] || { [ "$bpftrace" = 1 ] && timeout_s=600 || timeout_s=270; }
+[ -n "$timeout_s" ] || { [ "$bpftrace" = 1 ] && timeout_s=600 || timeout_s=320; }
 
 # ------------------------------------------------------------------ run dir
 [ -n "$out" ] || out="$vmdir/run-$(date +%Y%m%d-%H%M%S)"
