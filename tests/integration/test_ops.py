@@ -139,8 +139,7 @@ def test_missed_merges_respect_max_sectors(daemon, loop_device):
     requests' worth), and with merging every request is exactly 16 KiB."""
     dev = loop_device()
     dev.set_queue(scheduler="none", nomerges=0)
-    with open(f"/sys/block/{dev.name}/queue/max_sectors_kb", "w") as f:
-        f.write("16")
+    dev.set_queue_attr("max_sectors_kb", 16)  # restored at detach: the minor keeps it otherwise
     d = measure(daemon, dev, ["read"], lambda: fio(dev, size_mb=32))
     r = d["read"]
     assert r["requests"] == d["stat"]["reads"] == 2048, d
