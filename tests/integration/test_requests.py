@@ -42,6 +42,9 @@ def read_shape(samples, dev, get=value):
         "queue_count": baseline(samples, QUEUE + "_count", **labels),  # no series until a request was inserted
         "back_merges": get(samples, MERGES, kind="back", **labels),
         "missed_merges": get(samples, MISSED, **labels),
+        # The daemon's own, over every disk of the host: only deltas mean anything.
+        "untimed_host": sum(value(samples, "mergewatch_bpf_events_dropped_total", reason=r)
+                            for r in ("inflight_map_full", "complete_without_issue")),
     }
 
 
@@ -59,8 +62,11 @@ def measure(daemon, dev, **fio_args):
 def assert_counts_agree_with_diskstats(d):
     assert d["stat_reads"] > 0
     assert d["requests"] == d["stat_reads"], d
-    # Every dispatched request also completed, so device latency is complete too.
-    assert d["latency_count"] == d["requests"], d
+    # Every dispatched request also completed, so it was timed, or counted as not timed: the
+    # in-flight table is shared by the whole host's I/O (a request finding both of its slots
+    # busy, or two CPUs claiming one slot, is not timed), so on a busy shared machine a few are
+    # not (measured: 47 of 8192 once, at load average ~10; 0 otherwise).
+    assert 0 <= d["requests"] - d["latency_count"] <= d["untimed_host"], d
 
 
 @pytest.mark.parametrize("scheduler", ["mq-deadline", "none"])
