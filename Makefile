@@ -28,7 +28,7 @@ RUN_PACKAGES := clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config g
 PACKAGING_PACKAGES := debhelper dpkg-dev fakeroot lintian jsonnet groff man-db
 TEST_PACKAGES := libgtest-dev \
 	fio curl util-linux python3 python3-pytest python3-prometheus-client prometheus \
-	qemu-system-x86 busybox-static kmod cpio lvm2 e2fsprogs iproute2 procps gzip \
+	qemu-system-x86 busybox-static kmod cpio lvm2 mdadm e2fsprogs iproute2 procps gzip \
 	prometheus-alertmanager systemd strace openssl python3-bcrypt $(PACKAGING_PACKAGES)
 DEB_PACKAGES := $(RUN_PACKAGES) $(TEST_PACKAGES)
 
@@ -128,6 +128,13 @@ run: all
 
 # Every suite runs even when an earlier one fails; the summary line decides the exit code.
 REPORTS := $(BUILD)/reports
+# Golden update mode compares nothing: a test run in it must not be taken for a pass. Any value
+# counts (the tests check that the variable exists, not what it says).
+ifneq ($(filter test,$(MAKECMDGOALS)),)
+ifneq ($(origin MERGEWATCH_UPDATE_GOLDEN),undefined)
+$(error make test: MERGEWATCH_UPDATE_GOLDEN is set, which rewrites the golden files instead of checking them; unset it (rewrite goldens with MERGEWATCH_UPDATE_GOLDEN=1 $(BUILD)/mergewatch_unit_tests, review the diff, then run make test))
+endif
+endif
 test: deps deps-reliability
 	@$(MAKE) --no-print-directory build
 	@rm -rf $(REPORTS); status=0; \

@@ -393,6 +393,10 @@ int RunDaemon(const Config& config) {
 
   SysfsDeviceNamer namer(config.sysfs_root);
   DaemonStatus status{VersionString(), KernelRelease(), 1u << InflightSlotBits(config.inflight_entries)};
+  // The table is indexed by hash bits, so its size is a power of two: say so when the flag was not.
+  if (status.inflight_capacity != config.inflight_entries)
+    LogInfo("in-flight table: " + std::to_string(status.inflight_capacity) + " slots (--bpf.inflight-entries=" +
+            std::to_string(config.inflight_entries) + " rounded up to a power of two)");
   auto collector = std::make_shared<MetricsCollector>(*probes, namer, status);
   auto state = std::make_shared<StateCollector>();
   std::vector<std::shared_ptr<prometheus::Collectable>> collectables = {collector, state};

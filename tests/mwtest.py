@@ -32,14 +32,27 @@ class LoopDevice:
             raise
         self.name = os.path.basename(self.path)
         self.size_mb = size_mb
+        self.saved_queue = {}
+
+    def set_queue_attr(self, attr, value):
+        """Writes queue/<attr>; the first value seen is written back at detach: a loop minor keeps its
+        queue settings across detach, and the next user of the minor (another test, another
+        engineer's run on the same host) must not inherit them."""
+        path = f"/sys/block/{self.name}/queue/{attr}"
+        if attr not in self.saved_queue:
+            with open(path) as f:
+                current = f.read().strip()
+            if attr == "scheduler":  # "[none] mq-deadline": the active one is bracketed
+                current = current.split("[", 1)[1].split("]", 1)[0]
+            self.saved_queue[attr] = current
+        with open(path, "w") as f:
+            f.write(str(value))
 
     def set_queue(self, scheduler=None, nomerges=None):
         if scheduler is not None:
-            with open(f"/sys/block/{self.name}/queue/scheduler", "w") as f:
-                f.write(scheduler)
+            self.set_queue_attr("scheduler", scheduler)
         if nomerges is not None:
-            with open(f"/sys/block/{self.name}/queue/nomerges", "w") as f:
-                f.write(str(nomerges))
+            self.set_queue_attr("nomerges", nomerges)
 
     def stat(self):
         """(reads completed, reads merged) from /sys/block/X/stat."""
@@ -48,6 +61,12 @@ class LoopDevice:
         return fields[0], fields[1]
 
     def detach(self):
+        for attr, value in self.saved_queue.items():
+            try:
+                with open(f"/sys/block/{self.name}/queue/{attr}", "w") as f:
+                    f.write(value)
+            except OSError:
+                pass  # restoring is best effort; detaching must still happen
         subprocess.run(["losetup", "-d", self.path], check=False, timeout=30)
         if os.path.exists(self.backing):
             os.unlink(self.backing)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Prints one closing line over every test report make test wrote: GoogleTest JSON and pytest JUnit XML.
 
-Usage: summary.py REPORT...   Exits non-zero if any test failed or a report is missing.
+Usage: summary.py REPORT...   Exits non-zero if any test failed or was skipped, or a report is missing.
+A skipped test is not a pass: on the machine make test runs on, every test can run.
 """
 import json
 import sys
@@ -45,7 +46,9 @@ def main(paths):
         print(f"  {path}: {counts[0]} passed, {counts[1]} failed, {counts[2]} skipped")
         total = [a + b for a, b in zip(total, counts)]
     print(f"mergewatch: {total[0]} passed, {total[1]} failed, {total[2]} skipped")
-    return 1 if total[1] else 0
+    if total[2]:
+        print(f"summary: {total[2]} skipped test(s): a skip is not a pass (see the reports above)", file=sys.stderr)
+    return 1 if total[1] or total[2] else 0
 
 
 if __name__ == "__main__":

@@ -124,4 +124,26 @@ def fio(device, rw="read", bs="4k", iodepth=64, batch=64, size_mb=32, extra=()):
 
 
 def value(samples, name, **labels):
+    """The value of one series. A missing series is an error that names what is there: a renamed
+    metric or label must fail the test, not read as 0. Tests that expect absence use absent()."""
+    key = (name, frozenset(labels.items()))
+    if key in samples:
+        return samples[key]
+    present = sorted(str(dict(sorted(k[1]))) for k in samples if k[0] == name)
+    shown = "\n  ".join(present[:20]) + (f"\n  ... {len(present) - 20} more" if len(present) > 20 else "")
+    raise AssertionError(f"no series {name}{dict(sorted(labels.items()))}; {name} has {len(present)} series"
+                         + (":\n  " + shown if present else ""))
+
+
+def absent(samples, name, **labels):
+    """True if no series of `name` carries all of `labels` (others may differ): for a family whose
+    other labels are not known, such as mergewatch_device_info{device=...}."""
+    want = set(labels.items())
+    return not any(k[0] == name and want <= k[1] for k in samples)
+
+
+def baseline(samples, name, **labels):
+    """A counter's value before a workload: 0 while the series does not exist yet (a fresh device has
+    no per-op series before its first request). Only for "before" readings; the "after" reading
+    must use value()."""
     return samples.get((name, frozenset(labels.items())), 0.0)

@@ -85,3 +85,69 @@ def test_reports_attach_mode_and_programs(daemon):
                "block_bio_frontmerge"):
         assert f'mergewatch_bpf_program_attached{{tracepoint="{tp}",mode="tp_btf"}} 1' in text
     assert "mergewatch_build_info{" in text
+
+
+def bpf_maps_of(pid):
+    """{name: max_entries} of the BPF maps a process holds (fdinfo gives the id, bpftool the name)."""
+    import json
+    import os
+    maps = {}
+    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+        try:
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                info = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+        except OSError:
+            continue
+        if "map_id" in info:
+            shown = json.loads(subprocess.run(["bpftool", "-j", "map", "show", "id", info["map_id"]],
+                                              capture_output=True, text=True, check=True, timeout=30).stdout)
+            maps[shown["name"]] = int(info["max_entries"])
+    return maps
+
+
+@pytest.mark.privileged
+@pytest.mark.parametrize("entries,slots", [(100, 128), (64, 64), (65537, 131072)])
+def test_inflight_entries_round_up_to_a_power_of_two(daemon_factory, entries, slots):
+    """The README: --bpf.inflight-entries is rounded up to a power of two. The kernel's map, the
+    exported capacity and the log agree on the rounded size; a power of two is kept as it is."""
+    d = daemon_factory(f"--bpf.inflight-entries={entries}")
+    assert bpf_maps_of(d.proc.pid)["inflight"] == slots
+    assert 'mergewatch_bpf_inflight_capacity ' + str(slots) + "\n" in d.scrape_text()
+    rounded = f"in-flight table: {slots} slots (--bpf.inflight-entries={entries} rounded up to a power of two)"
+    assert (rounded in d.log_text()) == (entries != slots), d.log_text()
+
+
+def test_inflight_entries_out_of_range_is_a_usage_error():
+    for entries in ("63", str((1 << 22) + 1)):
+        r = run(f"--bpf.inflight-entries={entries}")
+        assert r.returncode == EXIT_USAGE and "--bpf.inflight-entries" in r.stderr, (entries, r.stderr)
+
+
+EXIT_BPF_LOAD = 6
+
+
+@pytest.mark.privileged
+def test_bpf_load_or_attach_failure_exits_6_with_libbpf_lines():
+    """Too few file descriptors (RLIMIT_NOFILE) for the maps, programs or links, once the listen
+    socket is open: neither missing BTF nor privilege, so exit 6 with libbpf's reason. Raising the
+    limit two at a time walks through loading, then attaching (a window of ~8 descriptors here: one per link), to a
+    daemon that starts."""
+    stages = set()
+    for nofile in range(8, 64, 2):
+        port = free_port()
+        proc = subprocess.Popen(["prlimit", f"--nofile={nofile}", DAEMON, f"--web.listen-address=127.0.0.1:{port}"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            _, stderr = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:  # it started: enough descriptors
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=20) == 0
+            break
+        assert proc.returncode == EXIT_BPF_LOAD, (nofile, proc.returncode, stderr)
+        # The README: "the message carries libbpf's last lines" (the reason varies with where the
+        # descriptors ran out: EMFILE, or EINVAL from a feature probe that could not open its map).
+        assert "libbpf: " in stderr and ("Too many open files" in stderr or "-22" in stderr), (nofile, stderr)
+        stages |= {stage for stage in ("did not load in any mode", "cannot attach to") if stage in stderr}
+    else:
+        raise AssertionError("mergewatchd did not start with 63 file descriptors")
+    assert stages == {"did not load in any mode", "cannot attach to"}, (nofile, stages)

@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import fio, value
+from conftest import absent, baseline, fio, value
 
 pytestmark = pytest.mark.privileged
 
@@ -90,7 +90,7 @@ def test_device_churn_reuses_minors_without_carrying_old_data(daemon_factory, tm
                 subprocess.run(["losetup", "-d", path], check=True)
                 os.unlink(backing)
             s = d.scrape()
-            assert value(s, SIZE + "_count", device=name, op="read") == 0, (cycle, name, "series of a detached device")
+            assert absent(s, SIZE + "_count", device=name), (cycle, name, "series of a detached device")
             assert d.proc.poll() is None, d.log_text()
             if cycle == 30:
                 rss_warm = rss_kib(d.proc.pid)
@@ -117,25 +117,46 @@ def test_inflight_overflow_is_counted_and_the_rest_stays_right(daemon_factory, l
     dev = loop_device(size_mb=128)
     dev.set_queue(scheduler="none", nomerges=0)
     reads_before = dev.stat()[0]  # a loop disk's diskstats survive detach: compare deltas
+    # The drop counters are the daemon's, over every disk of the host (other tests' I/O too): deltas.
+    s0 = d.scrape()
+    full0 = value(s0, DROPPED, reason="inflight_map_full")
+    unmatched0 = value(s0, DROPPED, reason="complete_without_issue")
     fio(dev, rw="randread", iodepth=128, batch=32, size_mb=64, extra=("--numjobs=2",))
     s = d.scrape()
     requests = value(s, SIZE + "_count", device=dev.name, op="read")
     assert requests == dev.stat()[0] - reads_before        # sizes are not touched by the overflow
     dropped = value(s, DROPPED, reason="inflight_map_full")
-    assert dropped > 0, "64 slots under 256 requests in flight must overflow"
     timed = value(s, LATENCY + "_count", device=dev.name, op="read")
-    unmatched = value(s, DROPPED, reason="complete_without_issue")
-    assert timed + dropped + unmatched >= requests, (timed, dropped, unmatched, requests)
+    untimed = requests - timed
+    # The overflow hit this device's own requests, and every one of them that went untimed was
+    # counted: at issue (both ways busy) or, where its slot was taken meanwhile, at completion.
+    # Other disks' requests can only add to the deltas, never make up for a missing count.
+    assert untimed > 0, "64 slots under 256 requests in flight must leave some requests untimed"
+    assert dropped - full0 > 0, "64 slots under 256 requests in flight must overflow"
+    unmatched = value(s, DROPPED, reason="complete_without_issue") - unmatched0
+    print(f"in-flight overflow: {requests} requests, {untimed} untimed, +{dropped - full0} inflight_map_full, "
+          f"+{unmatched} complete_without_issue")
+    assert untimed <= (dropped - full0) + unmatched, (requests, timed, dropped - full0, unmatched)
+    # Under none there is no insert: a request finding both ways busy at issue is counted there.
+    # Only two CPUs claiming one free slot at once leave a request to be counted at completion
+    # instead, a rare race; 10% is far above it and far below a miscount at issue.
+    assert dropped - full0 >= 0.9 * untimed, (requests, timed, dropped - full0, unmatched)
     assert 0 < value(s, LATENCY + "_sum", device=dev.name, op="read") / timed < 1.0
     assert value(s, "mergewatch_bpf_inflight_capacity") == 64
 
-    # Pressure gone: one request at a time, every one is timed.
+    # Pressure gone from this device: one request at a time. The 64 slots still serve the whole
+    # host's I/O, so a few of ours may find both ways busy (measured: 25 of 1024 once at load
+    # average ~10, 0 otherwise); each of those is counted.
+    unmatched_before = value(s, DROPPED, reason="complete_without_issue")
     fio(dev, rw="randread", iodepth=1, batch=1, size_mb=4)
     s2 = d.scrape()
     new_requests = value(s2, SIZE + "_count", device=dev.name, op="read") - requests
     new_timed = value(s2, LATENCY + "_count", device=dev.name, op="read") - timed
-    assert new_requests == 1024 and new_timed == new_requests, (new_requests, new_timed)
-    assert value(s2, DROPPED, reason="inflight_map_full") == dropped
+    new_dropped = (value(s2, DROPPED, reason="inflight_map_full") - dropped
+                   + value(s2, DROPPED, reason="complete_without_issue") - unmatched_before)
+    assert new_requests == 1024, new_requests
+    assert new_requests - new_timed <= new_dropped, (new_requests, new_timed, new_dropped)
+    assert new_timed >= 0.5 * new_requests, (new_requests, new_timed)  # the overflow is over
     assert d.stop() == 0
 
 
@@ -238,7 +259,10 @@ def test_malformed_sysfs_tree_warns_per_entry_and_keeps_the_good_ones(daemon_fac
     assert "ghost" in log and "loopy" in log, log
     s = d.scrape()
     assert value(s, "mergewatch_queue_nomerges", device="loop9") == 0
-    assert ("mergewatch_device_info", frozenset({("device", "loop8")})) not in s
+    assert absent(s, "mergewatch_device_info", device="loop8"), "the malformed entry must be dropped"
+    assert not absent(s, "mergewatch_device_info", device="loop9"), "the good entry must be kept"
+    assert value(s, "mergewatch_device_info", device="loop9", kind="loop", disk="loop9", dm_name="", lvm_vg="",
+                 lvm_lv="", lvm_layer="") == 1
     assert d.stop() == 0
 
 
@@ -250,11 +274,11 @@ def test_sighup_rescans_the_topology(daemon_factory, loop_device):
     mark = len(d.log_text())
     dev.set_queue(nomerges=2)  # a queue/ write sends no uevent
     time.sleep(1.5)
-    seen = value(d.scrape(), "mergewatch_queue_nomerges", device=dev.name)
-    # On a shared host other devices' uevents (or their I/O before a scan showed them) rescan too:
-    # only without such a rescan in between must the old value still show.
-    if not re.search(r"rescann(ed|ing) block devices", d.log_text()[mark:]):
-        assert seen == 0  # no rescan yet
+    # No periodic rescan yet (1 h). The daemon also rescans, at most once a second, while BPF shows
+    # a device sysfs does not (another run's loop device attached or detached on this shared host),
+    # so an early 2 is possible here; the SIGHUP log line below is what proves the signal's rescan.
+    if value(d.scrape(), "mergewatch_queue_nomerges", device=dev.name) != 0:
+        print("a rescan for a device unknown to sysfs came before SIGHUP")
     d.proc.send_signal(signal.SIGHUP)
     deadline = time.monotonic() + 10
     while value(d.scrape(), "mergewatch_queue_nomerges", device=dev.name) != 2:

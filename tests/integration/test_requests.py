@@ -6,7 +6,10 @@ bpf_probe_read_kernel), pinned with --bpf.program-type.
 """
 import pytest
 
-from conftest import fio, value
+import json
+import subprocess
+
+from conftest import baseline, fio, value
 
 pytestmark = pytest.mark.privileged
 
@@ -27,23 +30,27 @@ def daemon(daemon_factory, request):
     return d
 
 
-def read_shape(samples, dev):
-    """What /metrics says about a device's reads."""
+def read_shape(samples, dev, get=value):
+    """What /metrics says about a device's reads. get=baseline for a reading before the workload
+    (a fresh device has no series yet); after it, every series must exist."""
     labels = dict(device=dev.name, op="read")
     return {
-        "requests": value(samples, SIZE + "_count", **labels),
-        "le4096": value(samples, SIZE + "_bucket", le="4096", **labels),
-        "bytes": value(samples, SIZE + "_sum", **labels),
-        "latency_count": value(samples, LATENCY + "_count", **labels),
-        "queue_count": value(samples, QUEUE + "_count", **labels),
-        "back_merges": value(samples, MERGES, kind="back", **labels),
-        "missed_merges": value(samples, MISSED, **labels),
+        "requests": get(samples, SIZE + "_count", **labels),
+        "le4096": get(samples, SIZE + "_bucket", le="4096", **labels),
+        "bytes": get(samples, SIZE + "_sum", **labels),
+        "latency_count": get(samples, LATENCY + "_count", **labels),
+        "queue_count": baseline(samples, QUEUE + "_count", **labels),  # no series until a request was inserted
+        "back_merges": get(samples, MERGES, kind="back", **labels),
+        "missed_merges": get(samples, MISSED, **labels),
+        # The daemon's own, over every disk of the host: only deltas mean anything.
+        "untimed_host": sum(value(samples, "mergewatch_bpf_events_dropped_total", reason=r)
+                            for r in ("inflight_map_full", "complete_without_issue")),
     }
 
 
 def measure(daemon, dev, **fio_args):
     """Deltas of /metrics and of /sys/block/X/stat across one fio run."""
-    before, stat_before = read_shape(daemon.scrape(), dev), dev.stat()
+    before, stat_before = read_shape(daemon.scrape(), dev, get=baseline), dev.stat()
     fio(dev, **fio_args)
     after, stat_after = read_shape(daemon.scrape(), dev), dev.stat()
     delta = {k: after[k] - before[k] for k in after}
@@ -54,9 +61,12 @@ def measure(daemon, dev, **fio_args):
 
 def assert_counts_agree_with_diskstats(d):
     assert d["stat_reads"] > 0
-    assert abs(d["requests"] - d["stat_reads"]) <= 0.01 * d["stat_reads"], d
-    # Every dispatched request also completed, so device latency is complete too.
-    assert abs(d["latency_count"] - d["requests"]) <= 0.01 * d["requests"], d
+    assert d["requests"] == d["stat_reads"], d
+    # Every dispatched request also completed, so it was timed, or counted as not timed: the
+    # in-flight table is shared by the whole host's I/O (a request finding both of its slots
+    # busy, or two CPUs claiming one slot, is not timed), so on a busy shared machine a few are
+    # not (measured: 47 of 8192 once, at load average ~10; 0 otherwise).
+    assert 0 <= d["requests"] - d["latency_count"] <= d["untimed_host"], d
 
 
 @pytest.mark.parametrize("scheduler", ["mq-deadline", "none"])
@@ -69,7 +79,8 @@ def test_merging_allowed_gives_large_requests_and_back_merges(daemon, loop_devic
     assert d["requests"] <= 8192 / 8, d
     assert d["bytes"] / d["requests"] >= 64 * 1024, d
     assert d["le4096"] <= 0.05 * d["requests"], d
-    assert d["back_merges"] >= 8192 - 2 * d["requests"], d
+    # Each of the 8192 bios either started a request or was back-merged into one.
+    assert d["requests"] + d["back_merges"] == 8192, d
     assert d["back_merges"] == d["stat_merges"], d
     assert d["missed_merges"] == 0, d
 
@@ -83,9 +94,11 @@ def test_nomerges_2_keeps_every_request_at_4k_and_back_merges_flat(daemon, loop_
     assert d["requests"] == 8192, d
     assert d["le4096"] == d["requests"], d
     assert d["back_merges"] == 0, d
-    # Each batch of 64 contiguous reads is one plug flush: all but its first request (or
-    # two, where a batch straddles flushes) were missed merges.
-    assert d["missed_merges"] >= 0.9 * d["requests"], d
+    # 128 batches of 64 contiguous 4 KiB reads. A plug of one queue holds at most 32 requests
+    # (BLK_MAX_REQUEST_COUNT), so a batch is dispatched as two runs of 32: 31 + 31 missed merges,
+    # or 63 where an implementation also counts the second run's first request as continuing the
+    # first run (it is contiguous and the first run may still be undispatched). Never more, never less.
+    assert 128 * 62 <= d["missed_merges"] <= 128 * 63, d
 
 
 def test_queue_latency_only_where_insert_fires(daemon, loop_device):
@@ -97,7 +110,7 @@ def test_queue_latency_only_where_insert_fires(daemon, loop_device):
     d = measure(daemon, dev)
     # With none, plugged requests are issued directly: no insert, yet sizes and device
     # latency stay complete (block_rq_issue, not insert, is the source).
-    assert d["queue_count"] < d["requests"], d
+    assert d["queue_count"] == 0, d
     assert_counts_agree_with_diskstats(d)
     assert d["requests"] == 8192, d
 
@@ -105,16 +118,37 @@ def test_queue_latency_only_where_insert_fires(daemon, loop_device):
 def test_latency_histogram_is_consistent(daemon, loop_device):
     dev = loop_device()
     dev.set_queue(scheduler="none", nomerges=0)
-    fio(dev, rw="randread", iodepth=8, batch=1, size_mb=8)
+    reads_before = dev.stat()[0]
+    # One request per io_submit and no scheduler: no bio can merge, every request is one 4 KiB read.
+    out = subprocess.run(
+        ["fio", "--name=mergewatch-latency", f"--filename={dev.path}", "--rw=randread", "--bs=4k", "--direct=1",
+         "--ioengine=libaio", "--iodepth=8", "--iodepth_batch_submit=1", "--size=8M", "--output-format=json"],
+        check=True, timeout=300, capture_output=True, text=True).stdout
+    fio_job = json.loads(out[out.index("{"):])["jobs"][0]["read"]
     s = daemon.scrape()
     labels = dict(device=dev.name, op="read")
+    requests = dev.stat()[0] - reads_before
+    assert requests == fio_job["total_ios"] == 2048
     count = value(s, LATENCY + "_count", **labels)
-    assert count >= 2048
-    assert value(s, LATENCY + "_bucket", le="+Inf", **labels) == count
-    total = value(s, LATENCY + "_sum", **labels)
-    assert 0 < total / count < 1.0   # a RAM-backed loop read is well under a second
-    buckets = sorted((float(dict(k[1])["le"]), v) for k, v in s.items()
-                     if k[0] == LATENCY + "_bucket" and dict(k[1]).get("device") == dev.name
-                     and dict(k[1]).get("op") == "read")
-    counts = [v for _, v in buckets]
-    assert counts == sorted(counts), "cumulative buckets must not decrease"
+    assert count == requests
+    assert value(s, SIZE + "_bucket", le="4096", **labels) == requests
+    assert value(s, SIZE + "_bucket", le="2048", **labels) == 0
+
+    # Buckets: exactly the documented bounds, 2^10 ns to 2^36 ns and +Inf, cumulative.
+    buckets = {dict(k[1])["le"]: v for k, v in s.items() if k[0] == LATENCY + "_bucket"
+               and dict(k[1]).get("device") == dev.name and dict(k[1]).get("op") == "read"}
+    bounds = [2 ** n / 1e9 for n in range(10, 37)]
+    assert sorted(float(le) for le in buckets if le != "+Inf") == pytest.approx(bounds), sorted(buckets)
+    assert buckets["+Inf"] == count
+    cumulative = [buckets[le] for le in sorted((le for le in buckets if le != "+Inf"), key=float)] + [count]
+    per_bucket = [b - a for a, b in zip([0] + cumulative, cumulative)]
+    assert min(per_bucket) >= 0, cumulative
+
+    # The mean lies inside the occupied buckets (the sum is in seconds, as the buckets are), and
+    # device time (dispatch to completion) is part of what fio saw from submit to completion.
+    mean = value(s, LATENCY + "_sum", **labels) / count
+    occupied = [i for i, n in enumerate(per_bucket) if n > 0]
+    lowest = 0.0 if occupied[0] == 0 else bounds[occupied[0] - 1]
+    highest = bounds[occupied[-1]] if occupied[-1] < len(bounds) else float("inf")
+    assert lowest <= mean <= highest, (mean, lowest, highest, cumulative)
+    assert mean <= fio_job["lat_ns"]["mean"] / 1e9, (mean, fio_job["lat_ns"])

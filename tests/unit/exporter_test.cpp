@@ -75,7 +75,12 @@ std::string ReadFile(const std::string& path) {
 TEST(Exporter, KnownSnapshotMatchesGoldenExposition) {
   const std::string golden_path = std::string(MERGEWATCH_FIXTURE_DIR) + "/exposition/incident.prom";
   const std::string text = Expose(IncidentSnapshot());
-  if (getenv("MERGEWATCH_UPDATE_GOLDEN") != nullptr) std::ofstream(golden_path) << text;
+  if (getenv("MERGEWATCH_UPDATE_GOLDEN") != nullptr) {
+    // Update mode writes the golden and fails: a run that compared nothing must never pass.
+    std::ofstream(golden_path) << text;
+    FAIL() << "MERGEWATCH_UPDATE_GOLDEN is set: rewrote " << golden_path
+           << "; review the diff, then run again without it";
+  }
   EXPECT_EQ(text, ReadFile(golden_path)) << "regenerate with MERGEWATCH_UPDATE_GOLDEN=1 if the change is intended";
 }
 

@@ -2,7 +2,7 @@
 // (built by make-fixtures.sh). Never touches the host's /sys.
 //
 // Golden dumps: MERGEWATCH_UPDATE_GOLDEN=1 rewrites them from the current
-// output instead of comparing; review the diff before committing.
+// output and fails each rewritten case; review the diff, then run again without it.
 #include "topology.h"
 
 #include <gtest/gtest.h>
@@ -90,8 +90,10 @@ TEST_P(TopologyGoldenTest, DumpMatchesGolden) {
   const std::string golden_path = std::string(MERGEWATCH_FIXTURE_DIR) + "/sysfs/" +
                                   fixture_case + ".golden";
   if (std::getenv("MERGEWATCH_UPDATE_GOLDEN") != nullptr) {
+    // Update mode writes the golden and fails: a run that compared nothing must never pass.
     std::ofstream(golden_path) << actual;
-    GTEST_SKIP() << "rewrote " << golden_path;
+    FAIL() << "MERGEWATCH_UPDATE_GOLDEN is set: rewrote " << golden_path
+           << "; review the diff, then run again without it";
   }
   EXPECT_EQ(ReadWholeFile(golden_path), actual) << "golden: " << golden_path;
 }

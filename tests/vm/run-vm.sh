@@ -14,7 +14,7 @@
 #     --file-mb N          size of each test file in MiB (default 64)
 #     --reader cat|dd      sequential reader (default cat)
 #     --bpftrace           run tests/vm/blk-events.bt around every case (slow start)
-#     --timeout SEC        bound on the whole qemu run (default 270, 600 with --bpftrace)
+#     --timeout SEC        bound on the whole qemu run (default 600: a hang guard, not a speed bound)
 #     --smp N --mem MiB    guest size (default 2, 2048)
 #     --multipath          also give the guest a native-multipath NVMe namespace: one
 #                          subsystem (nqn mwsubsys1) with two controllers sharing namespace 1
@@ -134,7 +134,7 @@ elif [ "$systemd" = 1 ]; then
 fi
 script=$(readlink -f "$script")
 [ -f "$script" ] || die "guest script '$script' is not a file"
-[ -n "$timeout_s" ] || { [ "$bpftrace" = 1 ] && timeout_s=600 || timeout_s=270; }
+[ -n "$timeout_s" ] || { [ "$bpftrace" = 1 ] && timeout_s=600 || timeout_s=600; }
 
 # ------------------------------------------------------------------ run dir
 [ -n "$out" ] || out="$vmdir/run-$(date +%Y%m%d-%H%M%S)"

@@ -39,7 +39,7 @@ vmdir=$(cd "$vmdir" && pwd)
 # ---------------------------------------------------------------- packages
 # Host packages. The guest sees the host's / read-only, so these are the
 # guest's tools as well.
-pkgs=(qemu-system-x86 busybox-static kmod cpio lvm2 e2fsprogs fio curl iproute2
+pkgs=(qemu-system-x86 busybox-static kmod cpio lvm2 mdadm e2fsprogs fio curl iproute2
       util-linux procps bpftrace gzip)
 
 missing=()

@@ -8,6 +8,7 @@
 #   results.txt              key=value per observation (tests/vm/test_systemd_unit.py asserts them)
 #   guest.log                this script's output
 #   metrics-*.prom           /metrics scrapes; status-main.txt  /proc/PID/status of the main process
+#   diskstat-{at-ready,after-dd}.txt  /sys/block/nvme0n1/stat next to the scrapes of the same name
 #   bpftool-{prog,link}-{running-1,running-2,after-stop}.{json,txt}
 #   show-*.txt               `systemctl show` / `systemctl status` at each step
 #   journal-mergewatchd.json, journal-mergewatchd.txt, journal-boot.txt, unit-as-loaded.txt
@@ -75,6 +76,7 @@ timeout 120 systemctl start "$unit"; rc=$?
 t1=$(up)
 active=$(systemctl is-active "$unit")
 scrape metrics-at-ready.prom; scrape_rc=$?
+cp /sys/block/nvme0n1/stat "$out/diskstat-at-ready.txt"  # the disk's own count, next to each scrape
 res start_rc "$rc"
 res start_seconds "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')"
 res active_at_ready "$active"
@@ -106,6 +108,7 @@ res bpftool_running_1_programs "$(mw_progs running-1)"
 dd if=/dev/nvme0n1 of=/dev/null bs=4k count=256 iflag=direct 2>&1
 sleep 1
 scrape metrics-after-dd.prom
+cp /sys/block/nvme0n1/stat "$out/diskstat-after-dd.txt"
 check io_scraped test -s "$out/metrics-after-dd.prom"
 
 # 4. WatchdogSec=30s: pings move WatchdogTimestamp, and the service outlives WatchdogSec with the

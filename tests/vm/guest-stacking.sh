@@ -1,0 +1,136 @@
+#!/bin/bash
+# Guest side, second part of the scenario boot (called at the end of guest-scenario.sh, same VM):
+# stacking decided at run time, on the real 6.1 kernel.
+#   1. block_bio_queue is attached only while a dm/md device is stacked on a disk, re-decided at
+#      each rescan: two daemons start with no dm device active, an LV is created after they
+#      started (attached 0 -> 1), read through, and removed (-> 0).
+#   2. --collapse.require-upper=any with md: a RAID0 (4 KiB chunks) on nvme0n1 splits each
+#      readahead bio into 4 KiB pieces (the 2019 pattern, md instead of dm-snapshot); with nomerges=2 the
+#      daemon with require-upper=any raises collapse{upper=md0}, the one with the default (dm)
+#      does not.
+# Destroys vg0 and the PV on nvme0n1 (the scenario is done with them).
+# Output in $MW_OUT/stacking/: results.txt (key=value), *.prom scrapes, daemon-{dm,any}.log.
+set -euo pipefail
+
+DAEMON=${MW_DAEMON:-}
+[ -n "$DAEMON" ] || exit 0   # diskstats-only runs have no daemon to check
+OUT=${MW_OUT:-/vmout}/stacking
+DISK=nvme0n1
+VG=vg0
+mkdir -p "$OUT"
+: > "$OUT/results.txt"
+
+now() { cut -d' ' -f1 /proc/uptime; }
+log() { printf '[%8s] stacking: %s\n' "$(now)" "$*"; }
+res() { printf '%s=%s\n' "$1" "$2" >> "$OUT/results.txt"; }
+die() { log "FAIL: $*"; res failed "$*"; exit 1; }
+trap 'rc=$?; log "FAIL: line $LINENO: $BASH_COMMAND (exit $rc)"' ERR
+
+export DM_DISABLE_UDEV=1 LVM_SUPPRESS_FD_WARNINGS=1 MDADM_NO_UDEV=1
+LVM_CONFIG='activation { monitoring = 0 udev_sync = 0 udev_rules = 0 } devices { obtain_device_list_from_udev = 0 use_devicesfile = 0 }'
+lvm_() { lvm "$1" --config "$LVM_CONFIG" "${@:2}"; }
+
+pids=()
+reader=
+cleanup() {
+	[ -n "$reader" ] && kill "$reader" 2>/dev/null || true
+	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+
+url() { echo "http://127.0.0.1:$1/metrics"; }
+# The value of one series in a scrape, or "absent".
+series() {	# series PORT 'name{labels}'
+	curl -fsS --max-time 10 "$(url "$1")" | awk -v s="$2" '$1 == s { print $2; found = 1 } END { if (!found) print "absent" }'
+}
+# wait_series PORT SERIES VALUE SECONDS: poll until the series has VALUE; prints the seconds it took.
+wait_series() {
+	local t0 v
+	t0=$(now)
+	while :; do
+		v=$(series "$1" "$2")
+		[ "$v" = "$3" ] && { awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f\n", b - a }'; return 0; }
+		awk -v a="$t0" -v b="$(now)" -v l="$4" 'BEGIN { exit !(b - a > l) }' && { echo "timeout($v)"; return 1; }
+		sleep 0.5
+	done
+}
+BIOQ='mergewatch_bpf_program_attached{tracepoint="block_bio_queue",mode="tp_btf"}'
+
+start_daemon() {	# start_daemon NAME PORT ARGS...
+	local name=$1 port=$2
+	shift 2
+	"$DAEMON" --web.listen-address=127.0.0.1:"$port" --topology.refresh-interval=1s "$@" \
+		> "$OUT/daemon-$name.log" 2>&1 &
+	pids+=($!)
+}
+
+# ---------------------------------------------------------------- 1. LVM after the daemon started
+modprobe -a md-mod raid0
+lvm_ vgchange -q -an $VG                      # the scenario's LVs: no dm device from here on
+[ -z "$(ls /sys/block | grep '^dm-' || true)" ] || die "dm devices still present: $(ls /sys/block)"
+# Short windows: the md part below must raise within seconds under TCG.
+POLICY=(--collapse.window=3s --collapse.raise-after=1s --collapse.clear-after=2s)
+start_daemon dm 19871 "${POLICY[@]}"
+start_daemon any 19872 "${POLICY[@]}" --collapse.require-upper=any
+for port in 19871 19872; do
+	t=$(wait_series "$port" "$BIOQ" 0 60) || die "daemon on $port: block_bio_queue not 0 at start ($t)"
+done
+log "daemons up, no dm/md device: block_bio_queue 0"
+res bio_queue_before_lvm "$(series 19871 "$BIOQ")"
+
+lvm_ lvcreate -q -y -L 64M -n late $VG
+late=
+for d in /sys/block/dm-*; do [ "$(cat "$d/dm/name")" = $VG-late ] && late=${d##*/}; done
+[ -n "$late" ] || die "no dm device named $VG-late in /sys/block"
+res late_device "$late"
+t=$(wait_series 19871 "$BIOQ" 1 15) || die "block_bio_queue not attached after lvcreate ($t)"
+res bio_queue_after_lvcreate "$(series 19871 "$BIOQ")"
+res bio_queue_after_lvcreate_seconds "$t"
+log "$VG/late is $late: block_bio_queue attached after $t s"
+sleep 1.5   # lvcreate's own I/O (wipe, scan) lands in a tick before the baseline scrape
+curl -fsS --max-time 10 -o "$OUT/lvm-before-read.prom" "$(url 19871)"
+cat "/sys/block/$DISK/stat" > "$OUT/diskstat-before-lv-read.txt"
+# 256 KiB bios: below the disk's max_sectors_kb (512), so each is one request at the disk.
+dd if=/dev/$VG/late of=/dev/null bs=256k count=64 iflag=direct status=none
+cat "/sys/block/$DISK/stat" > "$OUT/diskstat-after-lv-read.txt"
+sleep 1.5
+curl -fsS --max-time 10 -o "$OUT/lvm-after-read.prom" "$(url 19871)"
+
+lvm_ lvremove -q -y $VG/late
+t=$(wait_series 19871 "$BIOQ" 0 15) || die "block_bio_queue still attached after lvremove ($t)"
+res bio_queue_after_lvremove "$(series 19871 "$BIOQ")"
+res bio_queue_after_lvremove_seconds "$t"
+log "$VG/late removed: block_bio_queue detached after $t s"
+
+# ---------------------------------------------------------------- 2. md as the upper device
+lvm_ vgremove -q -f $VG
+lvm_ pvremove -q -y -ff /dev/$DISK
+mdadm --create /dev/md0 --run --force --level=0 --chunk=4 --raid-devices=1 --metadata=1.2 /dev/$DISK 2>&1
+res md_level "$(cat /sys/block/md0/md/level)"
+res md_chunk_bytes "$(cat /sys/block/md0/md/chunk_size)"
+echo none > /sys/block/$DISK/queue/scheduler
+echo 2 > /sys/block/$DISK/queue/nomerges
+t=$(wait_series 19872 "$BIOQ" 1 15) || die "block_bio_queue not attached with md0 ($t)"
+log "md0 (raid0, 4 KiB chunks) on $DISK, nomerges=2: buffered reads (readahead bios, split into 4 KiB)"
+# Through the page cache as the incident's cat: readahead sends large bios, each a fresh region.
+( for i in $(seq 0 31); do dd if=/dev/md0 of=/dev/null bs=1M count=32 skip=$((i * 32)) status=none; done ) &
+reader=$!
+t=$(wait_series 19872 'mergewatch_merge_collapse{device="nvme0n1",upper="md0"}' 1 40) ||
+	{ curl -fsS "$(url 19872)" | grep collapse > "$OUT/md-any-timeout.prom" || true; die "no collapse with md0 ($t)"; }
+res md_any_raised_seconds "$t"
+curl -fsS --max-time 10 -o "$OUT/md-any.prom" "$(url 19872)"
+curl -fsS --max-time 10 -o "$OUT/md-dm.prom" "$(url 19871)"
+kill "$reader"; wait "$reader" 2>/dev/null || true
+reader=
+log "collapse{upper=md0} raised under require-upper=any after $t s"
+
+echo 0 > /sys/block/$DISK/queue/nomerges
+for i in "${!pids[@]}"; do
+	kill -TERM "${pids[$i]}"
+	rc=0; wait "${pids[$i]}" || rc=$?
+	res "daemon_exit_$i" "$rc"
+done
+pids=()
+mdadm --stop /dev/md0 2>&1
+res done 1
+log "done"
