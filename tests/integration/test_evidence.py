@@ -31,6 +31,26 @@ BATCH = 64        # bios per io_submit: one plug each
 PER_JOB_MB = 8    # 2048 x 4 KiB per reader
 
 
+@pytest.fixture
+def loop_device(loop_device):
+    """The shared fixture, with each device's queue settings put back before it is detached: a
+    loop minor keeps nomerges and the scheduler across detach, and later tests expect defaults."""
+    made = []
+
+    def make(**kw):
+        dev = loop_device(**kw)
+        with open(f"/sys/block/{dev.name}/queue/scheduler") as f:
+            scheduler = f.read().split("[")[1].split("]")[0]
+        with open(f"/sys/block/{dev.name}/queue/nomerges") as f:
+            nomerges = f.read().strip()
+        made.append((dev, scheduler, nomerges))
+        return dev
+
+    yield make
+    for dev, scheduler, nomerges in made:
+        dev.set_queue(scheduler=scheduler, nomerges=nomerges)
+
+
 def stat(dev):
     """All fields of /sys/block/X/stat as ints."""
     with open(f"/sys/block/{dev.name}/stat") as f:
