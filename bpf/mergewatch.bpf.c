@@ -70,25 +70,18 @@ const volatile __u32 inflight_slot_bits = 16;
 
 /*
  * The verifier forbids arithmetic on a typed kernel pointer (a tp_btf argument), and
- * register tricks do not fool it; map memory is untyped, so a pointer written there
- * reads back as a plain number (writing one needs CAP_PERFMON, which loading needs too).
+ * register tricks do not fool it; a copy read back from memory is a plain number. The copy
+ * goes through the program's own stack, not a shared per-CPU scratch map: a completion in
+ * interrupt context nesting between the write and the read-back would hand its pointer to
+ * the interrupted program (a request claiming another's in-flight slot, which then counted
+ * the wrong request once and the right one never).
  */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} pointer_scratch SEC(".maps");
-
-static __always_inline __u64 pointer_value(void *pointer)
+static __always_inline __u64 pointer_value(const void *pointer)
 {
-	__u32 zero = 0;
-	volatile __u64 *scratch = bpf_map_lookup_elem(&pointer_scratch, &zero);
+	__u64 value = 0;
 
-	if (!scratch)
-		return 0;
-	*scratch = (__u64)pointer;
-	return *scratch;
+	bpf_probe_read_kernel(&value, sizeof(value), &pointer);
+	return value;
 }
 
 static __always_inline bool slot_claimable(const struct mw_inflight *slot, __u64 now)
@@ -132,7 +125,7 @@ static __always_inline struct mw_inflight *inflight_slot_of(__u64 rq, __u64 now,
 	a->rq = rq;
 	a->insert_ns = 0;
 	a->issue_ns = 0;
-	a->bytes = 0;
+	a->requeued = 0;
 	return a;
 }
 
@@ -328,6 +321,9 @@ SEC("tp_btf/block_rq_issue")
 int BPF_PROG(btf_rq_issue) { return handle_rq_issue_btf(RQ_ARG(ctx)); }
 
 /* (rq, error, nr_bytes) since v4.13; raw_tp/tp_btf need 4.17+ anyway. */
+SEC("tp_btf/block_rq_requeue")
+int BPF_PROG(btf_rq_requeue) { return handle_rq_requeue_btf(RQ_ARG(ctx)); }
+
 SEC("tp_btf/block_rq_complete")
 int BPF_PROG(btf_rq_complete) { return handle_rq_complete_btf((void *)ctx[0], (__u32)ctx[2]); }
 
@@ -351,6 +347,9 @@ int raw_rq_insert(__u64 *ctx) { return handle_rq_insert_raw(RQ_ARG(ctx)); }
 
 SEC("raw_tp/block_rq_issue")
 int raw_rq_issue(__u64 *ctx) { return handle_rq_issue_raw(RQ_ARG(ctx)); }
+
+SEC("raw_tp/block_rq_requeue")
+int raw_rq_requeue(__u64 *ctx) { return handle_rq_requeue_raw(RQ_ARG(ctx)); }
 
 SEC("raw_tp/block_rq_complete")
 int raw_rq_complete(__u64 *ctx) { return handle_rq_complete_raw((void *)ctx[0], (__u32)ctx[2]); }

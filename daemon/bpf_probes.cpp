@@ -116,7 +116,8 @@ bool ReadTracepointLayout(const std::string& btf_path, TracepointLayout* layout,
   layout->bio_queue_arg = queue >= 2 ? 1 : 0;
   layout->getrq_arg = getrq >= 2 ? 1 : 0;
   layout->bio_remap_arg = remap >= 4 ? 1 : 0;
-  for (const char* tp : {"block_rq_insert", "block_rq_issue", "block_rq_complete", "block_bio_backmerge",
+  for (const char* tp : {"block_rq_insert", "block_rq_issue", "block_rq_requeue", "block_rq_complete",
+                         "block_bio_backmerge",
                          "block_bio_frontmerge", "block_bio_queue", "block_getrq", "block_bio_remap"}) {
     if (TracepointArity(btf, tp) < 0) layout->missing.push_back(tp);
   }
@@ -264,11 +265,12 @@ size_t BpfProbes::attached_count() const {
 
 // Exact while devices go away: bpf_map_get_next_key() on a key deleted under the walk
 // restarts at the first key, and every key before it would be summed twice (a doubled
-// counter, then a "reset" on the next scrape). Only the daemon deletes keys of dev_stats
-// and origin_stats (Forget; the BPF programs never do), so a walk is exact if no Forget
-// runs during it: both hold maps_mutex_. Batch lookups were the other choice; they still
-// race the deleter (-ENOENT mid-batch on a deleted bucket), and the walk of a few dozen
-// keys is short. The seen-sets keep even a restarted walk from adding a key twice.
+// counter, then a "reset" on the next scrape). Two guards: only the daemon deletes keys of
+// dev_stats and origin_stats (Forget; the BPF programs never do), and Forget never runs
+// during a walk (maps_mutex_); and each walk visits a key once (VisitEachKeyOnce), which
+// alone keeps the sums exact should anything else delete. Batch lookups were the other
+// choice: they race a deleter too (a bucket deleted mid-batch), and walking a few hundred
+// keys is short.
 Snapshot BpfProbes::Read() {
   Snapshot snapshot;
   {
@@ -281,37 +283,30 @@ Snapshot BpfProbes::Read() {
 
   int stats_fd = bpf_map__fd(skel_->maps.dev_stats);
   std::vector<mw_dev_stats> per_cpu(static_cast<size_t>(ncpus));
-  mw_dev_key key{}, next{};
-  bool first = true;
-  while (bpf_map_get_next_key(stats_fd, first ? nullptr : &key, &next) == 0) {
-    first = false;
-    key = next;
-    // A key deleted between get_next_key and lookup is skipped, not an error.
-    if (bpf_map_lookup_elem(stats_fd, &key, per_cpu.data()) != 0) continue;
-    auto [it, fresh] = snapshot.stats.try_emplace(DevOpKey{key.major, key.minor, key.op, key.diskseq}, mw_dev_stats{});
-    if (!fresh) continue;  // a restarted walk: this key is summed already
-    mw_dev_stats& total = it->second;
-    for (const mw_dev_stats& cpu : per_cpu) AccumulateStats(cpu, &total);
-  }
+  VisitEachKeyOnce<mw_dev_key>(
+      [&](const mw_dev_key* prev, mw_dev_key* next) { return bpf_map_get_next_key(stats_fd, prev, next) == 0; },
+      [&](const mw_dev_key& key) {
+        // A key deleted between get_next_key and lookup is skipped, not an error.
+        if (bpf_map_lookup_elem(stats_fd, &key, per_cpu.data()) != 0) return;
+        mw_dev_stats& total = snapshot.stats[DevOpKey{key.major, key.minor, key.op, key.diskseq}];
+        for (const mw_dev_stats& cpu : per_cpu) AccumulateStats(cpu, &total);
+      });
 
   int origin_fd = bpf_map__fd(skel_->maps.origin_stats);
   std::vector<mw_origin_stats> origin_per_cpu(static_cast<size_t>(ncpus));
-  mw_origin_key okey{}, onext{};
-  first = true;
-  while (bpf_map_get_next_key(origin_fd, first ? nullptr : &okey, &onext) == 0) {
-    first = false;
-    okey = onext;
-    if (bpf_map_lookup_elem(origin_fd, &okey, origin_per_cpu.data()) != 0) continue;
-    auto [oit, ofresh] = snapshot.origins.try_emplace(
-        OriginKey{okey.major, okey.minor, okey.origin_major, okey.origin_minor, okey.op, okey.diskseq},
-        mw_origin_stats{});
-    if (!ofresh) continue;
-    mw_origin_stats& total = oit->second;
-    for (const mw_origin_stats& cpu : origin_per_cpu) {
-      total.requests += cpu.requests;
-      total.missed_merges += cpu.missed_merges;
-    }
-  }
+  VisitEachKeyOnce<mw_origin_key>(
+      [&](const mw_origin_key* prev, mw_origin_key* next) {
+        return bpf_map_get_next_key(origin_fd, prev, next) == 0;
+      },
+      [&](const mw_origin_key& okey) {
+        if (bpf_map_lookup_elem(origin_fd, &okey, origin_per_cpu.data()) != 0) return;
+        mw_origin_stats& total = snapshot.origins[OriginKey{okey.major, okey.minor, okey.origin_major,
+                                                            okey.origin_minor, okey.op, okey.diskseq}];
+        for (const mw_origin_stats& cpu : origin_per_cpu) {
+          total.requests += cpu.requests;
+          total.missed_merges += cpu.missed_merges;
+        }
+      });
 
   int counts_fd = bpf_map__fd(skel_->maps.event_counts);
   std::vector<uint64_t> counts(static_cast<size_t>(ncpus));

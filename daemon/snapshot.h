@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -65,6 +66,30 @@ struct StaleKeys {
 
 // Adds every counter of `from` into `into` (per-CPU values, or ops that share a label).
 void AccumulateStats(const mw_dev_stats& from, mw_dev_stats* into);
+
+// Walks a BPF hash map's keys with `next_key(prev or nullptr, &next) -> bool` (the shape of
+// bpf_map_get_next_key) and calls `visit(key)` once per key. get_next_key restarts at the
+// first key when `prev` was deleted meanwhile, so a plain walk would visit (and sum) the keys
+// before it twice: a doubled counter in one scrape, a counter reset in the next. `seen`
+// skips them. Returns how many keys were visited again and skipped.
+template <typename RawKey, typename NextKey, typename Visit>
+size_t VisitEachKeyOnce(NextKey next_key, Visit visit) {
+  std::set<std::vector<uint8_t>> seen;
+  RawKey key{}, next{};
+  bool first = true;
+  size_t repeated = 0;
+  while (next_key(first ? nullptr : &key, &next)) {
+    first = false;
+    key = next;
+    const auto* bytes = reinterpret_cast<const uint8_t*>(&key);
+    if (!seen.emplace(bytes, bytes + sizeof(key)).second) {
+      ++repeated;
+      continue;
+    }
+    visit(key);
+  }
+  return repeated;
+}
 
 // Where snapshots come from: the live BPF maps, or a fixture in tests.
 class SnapshotSource {

@@ -31,6 +31,26 @@ BATCH = 64        # bios per io_submit: one plug each
 PER_JOB_MB = 8    # 2048 x 4 KiB per reader
 
 
+@pytest.fixture
+def loop_device(loop_device):
+    """The shared fixture, with each device's queue settings put back before it is detached: a
+    loop minor keeps nomerges and the scheduler across detach, and later tests expect defaults."""
+    made = []
+
+    def make(**kw):
+        dev = loop_device(**kw)
+        with open(f"/sys/block/{dev.name}/queue/scheduler") as f:
+            scheduler = f.read().split("[")[1].split("]")[0]
+        with open(f"/sys/block/{dev.name}/queue/nomerges") as f:
+            nomerges = f.read().strip()
+        made.append((dev, scheduler, nomerges))
+        return dev
+
+    yield make
+    for dev, scheduler, nomerges in made:
+        dev.set_queue(scheduler=scheduler, nomerges=nomerges)
+
+
 def stat(dev):
     """All fields of /sys/block/X/stat as ints."""
     with open(f"/sys/block/{dev.name}/stat") as f:
@@ -154,39 +174,40 @@ def test_batched_contiguous_odsync_writes_with_merging_on_miss_nothing(daemon, l
     assert d["flushes"] >= d["stat_flushes"], d
 
 
-def test_counters_stay_monotonic_while_devices_are_removed_during_scrapes(daemon_factory, loop_device, tmp_path):
-    """Loop devices come and go (their keys are deleted) while a scraper scrapes as fast as it can:
-    no counter of a surviving device may go backwards or run ahead of its /sys/block/X/stat."""
-    d = daemon_factory("--topology.refresh-interval=200ms")
+def test_counters_stay_monotonic_while_devices_are_removed_during_scrapes(daemon_factory, loop_device):
+    """Loop devices come and go (the daemon deletes their map keys once a new device takes their
+    number) while four scrapers scrape as fast as they can: no counter of a surviving device may go
+    backwards or run ahead of its /sys/block/X/stat (a map walk restarted by a deletion sums keys
+    twice: one scrape doubled, the next a counter reset)."""
+    d = daemon_factory("--topology.refresh-interval=200ms", "--log.level=debug")
     survivor = loop_device(size_mb=32)
     survivor.set_queue(scheduler="none", nomerges=2)
     stop = threading.Event()
     errors = []
-    seen = []
+    seen = [[] for _ in range(4)]
 
-    def scraper():
+    def scraper(out):
         try:
             while not stop.is_set():
                 s = d.scrape()
                 with open(f"/sys/block/{survivor.name}/stat") as f:
                     reads_after = int(f.read().split()[0])
-                seen.append((value(s, SIZE + "_count", device=survivor.name, op="read"),
-                             value(s, SIZE + "_sum", device=survivor.name, op="read"),
-                             value(s, MISSED, device=survivor.name, op="read"), reads_after))
+                out.append((value(s, SIZE + "_count", device=survivor.name, op="read"),
+                            value(s, SIZE + "_sum", device=survivor.name, op="read"),
+                            value(s, MISSED, device=survivor.name, op="read"), reads_after))
         except Exception as e:  # reported below: a thread's exception is otherwise lost
             errors.append(e)
 
     def churn():
         try:
             while not stop.is_set():
-                devs = [LoopDevice(size_mb=4) for _ in range(6)]
+                devs = [LoopDevice(size_mb=4) for _ in range(8)]
                 try:
-                    for dev in devs:
-                        subprocess.run(["dd", f"if={dev.path}", "of=/dev/null", "bs=4k", "count=64",
-                                        "iflag=direct"], check=True, capture_output=True, timeout=60)
-                        subprocess.run(["dd", "if=/dev/zero", f"of={dev.path}", "bs=4k", "count=16",
-                                        "oflag=direct"], check=True, capture_output=True, timeout=60)
-                    time.sleep(0.3)  # a rescan sees them, so their keys are live ones
+                    for dev in devs:  # three keys each: read, write, discard
+                        for cmd in (["dd", f"if={dev.path}", "of=/dev/null", "bs=4k", "count=16", "iflag=direct"],
+                                    ["dd", "if=/dev/zero", f"of={dev.path}", "bs=4k", "count=4", "oflag=direct"],
+                                    ["blkdiscard", "--length=1048576", dev.path]):
+                            subprocess.run(cmd, check=True, capture_output=True, timeout=60)
                 finally:
                     for dev in devs:
                         dev.detach()
@@ -196,7 +217,7 @@ def test_counters_stay_monotonic_while_devices_are_removed_during_scrapes(daemon
     time.sleep(0.5)  # quiet: anything probing the new device (udev, where it runs) is done
     count_before = value(d.scrape(), SIZE + "_count", device=survivor.name, op="read")
     reads_before = stat(survivor)[0]
-    threads = [threading.Thread(target=scraper), threading.Thread(target=churn)]
+    threads = [threading.Thread(target=scraper, args=(out,)) for out in seen] + [threading.Thread(target=churn)]
     for t in threads:
         t.start()
     try:
@@ -210,14 +231,16 @@ def test_counters_stay_monotonic_while_devices_are_removed_during_scrapes(daemon
         for t in threads:
             t.join(timeout=120)
     assert not errors, errors
-    assert len(seen) > 100, len(seen)
-    for prev, cur in zip(seen, seen[1:]):
-        for i, name in enumerate(("requests", "bytes", "missed")):
-            assert cur[i] >= prev[i], f"{name} went backwards: {prev} -> {cur}"
-    for requests, _, _, reads_after in seen:
-        # Counted at the completion tracepoint, just before diskstats counts it: never ahead of
-        # the stat read after the scrape by more than what can be completing at once. A doubled
-        # walk would be ahead by everything counted so far.
-        assert requests - count_before <= reads_after - reads_before + 32, (requests, reads_after)
+    # Keys were deleted while the scrapers ran (not only after them).
+    assert d.log_text().count("dropped the data of removed devices") >= 2, d.log_text()[-2000:]
+    for out in seen:
+        assert len(out) > 50, len(out)
+        for prev, cur in zip(out, out[1:]):
+            for i, name in enumerate(("requests", "bytes", "missed")):
+                assert cur[i] >= prev[i], f"{name} went backwards: {prev} -> {cur}"
+        for requests, _, _, reads_after in out:
+            # Counted at the completion tracepoint, just before diskstats counts it: never ahead of
+            # the stat read after the scrape by more than what can be completing at once.
+            assert requests - count_before <= reads_after - reads_before + 32, (requests, reads_after)
     total = value(d.scrape(), SIZE + "_count", device=survivor.name, op="read")
     assert total - count_before == stat(survivor)[0] - reads_before
