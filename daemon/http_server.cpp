@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <cerrno>
 #include <cstdarg>
 #include <cstring>
 
@@ -195,10 +196,13 @@ std::unique_ptr<HttpServer> HttpServer::Start(const std::vector<int>& listen_fds
     }
     items.push_back({MHD_OPTION_END, 0, nullptr});
     const std::string name = SocketName(listen_fds[next_fd]);  // a failed start may close the socket
+    errno = 0;
     MHD_Daemon* daemon = MHD_start_daemon(flags, 0, nullptr, nullptr, &HttpCallbacks::Access, server.get(),
                                           MHD_OPTION_ARRAY, items.data(), MHD_OPTION_END);
     if (daemon == nullptr) {
-      *error = "cannot start the HTTP server on " + name +
+      // errno is libmicrohttpd's last failed call (epoll_create, pthread_create...), when it set one.
+      const int cause = errno;
+      *error = "cannot start the HTTP server on " + name + (cause != 0 ? std::string(": ") + strerror(cause) : "") +
                (o.web.tls() ? " (is the certificate or key in the web config malformed, or do they not match?)"
                             : "");
       break;

@@ -143,6 +143,13 @@ def test_bpf_load_or_attach_failure_exits_6_with_libbpf_lines():
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=20) == 0
             break
+        if "cannot start the HTTP server" in stderr:
+            # Past attaching, the HTTP server's own threads and epoll need descriptors too: that is
+            # the endpoint failing to come up (exit 5, as for a listen failure), with the reason.
+            assert proc.returncode == EXIT_LISTEN and "Too many open files" in stderr, (nofile, stderr)
+            assert "cannot attach to" in stages, ("the HTTP server is started after the programs attach", stages)
+            stages.add("http server")
+            continue
         assert proc.returncode == EXIT_BPF_LOAD, (nofile, proc.returncode, stderr)
         # The README: "the message carries libbpf's last lines" (the reason varies with where the
         # descriptors ran out: EMFILE, or EINVAL from a feature probe that could not open its map).
@@ -150,4 +157,4 @@ def test_bpf_load_or_attach_failure_exits_6_with_libbpf_lines():
         stages |= {stage for stage in ("did not load in any mode", "cannot attach to") if stage in stderr}
     else:
         raise AssertionError("mergewatchd did not start with 63 file descriptors")
-    assert stages == {"did not load in any mode", "cannot attach to"}, (nofile, stages)
+    assert {"did not load in any mode", "cannot attach to"} <= stages, (nofile, stages)
