@@ -158,7 +158,7 @@ static __always_inline bool MW_FN(missed_merge)(struct bio *bio, struct gendisk 
 		plug_count = MW_READ(plug, rq_count);
 
 	scratch->missed = 0;
-	if (plug && slot->plug == plug_id && slot->queue_id == queue_id && slot->rq_count + 1 == plug_count &&
+	if (plug && slot->plug == plug_id && slot->queue_id == queue_id && mw_plug_still_holds(slot->rq_count, plug_count) &&
 	    slot->run.sector + slot->run.sectors == b.sector) {
 		scratch->run = slot->run;
 		scratch->missed = slot->missed;

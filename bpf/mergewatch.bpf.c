@@ -148,7 +148,8 @@ struct {
  *    request only: the newest request of the bio's queue in current->plug. So does this:
  *    per CPU, a slot chosen by the plug's address and the queue, tagged with both and
  *    the plug's rq_count when that request was created. The request is still in the plug
- *    (not flushed) exactly when the plug now holds one request more. A task that migrates
+ *    (not flushed) exactly when the plug now holds one request more, or only it, when adding
+ *    it flushed a full plug (mw_plug_still_holds()). A task that migrates
  *    to another CPU, or whose slot another plugging task took meanwhile, finds a foreign
  *    tag and starts a new run: an undercount, never a merge claimed across two tasks'
  *    plugs (no setting merges those). Plugs live on kernel stacks (16 KiB apart and

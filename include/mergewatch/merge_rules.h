@@ -210,6 +210,26 @@ static __always_inline int mw_back_merge_verdict(const struct mw_merge_side *rq,
 	return MW_MERGE_OK;
 }
 
+/*
+ * BLK_MAX_REQUEST_COUNT (include/linux/blkdev.h): blk_add_rq_to_plug() flushes a plug of one
+ * queue holding this many requests before it adds the next one.
+ */
+#define MW_BLK_MAX_REQUEST_COUNT 32u
+
+/*
+ * Is the request made at block_getrq while the plug held `count_then` requests still the
+ * newest of that plug, now that it holds `count_now`? It was added right after its getrq, so
+ * one request more, or, when adding it flushed a full plug first (blk_add_rq_to_plug(): the
+ * flush happens after the getrq of the request that fills it past the limit), it is alone in
+ * the plug: count 1. Without the second case every 33rd request of a batch (a flush) would
+ * end its run, and the misses of the next bio would go uncounted (one per 64-bio batch,
+ * measured on a loop device with max_sectors_kb=16: 47 counted where merging makes 48).
+ */
+static __always_inline int mw_plug_still_holds(__u32 count_then, __u32 count_now)
+{
+	return count_now == count_then + 1 || (count_now == 1 && count_then >= MW_BLK_MAX_REQUEST_COUNT);
+}
+
 /* `rq` after `bio` was appended: what the merged request would have been. */
 static __always_inline void mw_merge_side_append(struct mw_merge_side *rq, const struct mw_merge_side *bio)
 {

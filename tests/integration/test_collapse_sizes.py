@@ -21,7 +21,7 @@ def test_batched_8_and_16_kib_reads_with_nomerges_2_raise(detector, loop_device,
     dev.set_queue(scheduler="none", nomerges=2)
     fio = start_fio(dev, bs=f"{kib}k")
     try:
-        wait_for(detector, dev, 1, timeout=RAISE_AFTER + WINDOW + 10)
+        wait_for(detector, dev, 1)
         s = detector.scrape()
         lower = value(s, "mergewatch_collapse_lower_request_bytes", device=dev.name)
         merged = value(s, "mergewatch_collapse_merged_request_bytes", device=dev.name)

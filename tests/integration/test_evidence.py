@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import value
+from conftest import baseline, value
 from mwtest import LoopDevice
 
 pytestmark = pytest.mark.privileged
@@ -57,17 +57,19 @@ def stat(dev):
         return [int(x) for x in f.read().split()]
 
 
-def shape(samples, dev, op):
+def shape(samples, dev, op, read=value):
+    """The counters of one device and op; `read=baseline` for the reading before a workload (a fresh
+    device has no per-op series yet), `value` (a missing series fails) after it."""
     labels = dict(device=dev.name, op=op)
     return {
-        "requests": value(samples, SIZE + "_count", **labels),
-        "bytes": value(samples, SIZE + "_sum", **labels),
-        "missed": value(samples, MISSED, **labels),
-        "runs": value(samples, RUNS, **labels),
-        "run_bytes": value(samples, RUN_BYTES, **labels),
-        "back_merges": value(samples, MERGES, kind="back", **labels),
-        "unmatched": value(samples, DROPPED, reason="complete_without_issue"),
-        "flushes": value(samples, NOT_IO, kind="flush"),
+        "requests": read(samples, SIZE + "_count", **labels),
+        "bytes": read(samples, SIZE + "_sum", **labels),
+        "missed": read(samples, MISSED, **labels),
+        "runs": read(samples, RUNS, **labels),
+        "run_bytes": read(samples, RUN_BYTES, **labels),
+        "back_merges": read(samples, MERGES, kind="back", **labels),
+        "unmatched": read(samples, DROPPED, reason="complete_without_issue"),
+        "flushes": read(samples, NOT_IO, kind="flush"),
     }
 
 
@@ -81,7 +83,7 @@ def fio_jobs(dev, rw="read", bs="4k", batch=BATCH, jobs=JOBS, per_job_mb=PER_JOB
 
 
 def measure(daemon, dev, op, run):
-    before, stat_before = shape(daemon.scrape(), dev, op), stat(dev)
+    before, stat_before = shape(daemon.scrape(), dev, op, read=baseline), stat(dev)
     run()
     after, stat_after = shape(daemon.scrape(), dev, op), stat(dev)
     d = {k: after[k] - before[k] for k in after}
@@ -105,10 +107,10 @@ def test_concurrent_batched_sequential_readers_with_nomerges_2(daemon, loop_devi
     assert d["bytes"] == bios * 4096, d
     assert d["back_merges"] == 0 and d["stat_merges"] == 0, d
     batches = bios // BATCH
-    # A plug holds at most 32 requests (BLK_MAX_REQUEST_COUNT), so a batch of 64 is two plug
-    # flushes. With none, the first request after each flush has nothing left to join: at most
-    # 62 missed per batch. With mq-deadline the 32nd may still sit in the scheduler: at most 63.
-    per_batch = 62 if scheduler == "none" else 63
+    # Merging on, each batch of 64 contiguous bios becomes one request: 63 merges. A plug holds
+    # at most 32 requests (BLK_MAX_REQUEST_COUNT), but its flush comes after the getrq of the 33rd
+    # bio, and the 33rd request stays the plug's newest: the run goes on. At most 63 per batch.
+    per_batch = 63
     assert d["missed"] <= per_batch * batches, d
     # Every reader's stream is counted in its own plug, however the four interleave: the share
     # does not fall with the number of streams (it fell to 80% with two under one slot per queue).
@@ -116,11 +118,10 @@ def test_concurrent_batched_sequential_readers_with_nomerges_2(daemon, loop_devi
     assert d["missed"] >= 0.95 * per_batch * batches, d
     # A run is one would-be request: its first bio plus its missed merges, 4 KiB each.
     assert d["run_bytes"] == (d["missed"] + d["runs"]) * 4096, d
-    # A run is at most one plug's worth (32 bios) under none, one batch (64) through the
-    # scheduler: fio waits for the whole batch, so no run continues into the next. A reader
-    # that loses its CPU mid-batch splits a run; the size merging would have built stays
-    # many times the 4 KiB dispatched.
-    assert d["run_bytes"] / d["runs"] <= (32 if scheduler == "none" else 64) * 4096, d
+    # A run is at most one batch (64 bios): fio waits for the whole batch, so no run continues
+    # into the next. A reader that loses its CPU mid-batch splits a run; the size merging would
+    # have built stays many times the 4 KiB dispatched.
+    assert d["run_bytes"] / d["runs"] <= 64 * 4096, d
     assert d["run_bytes"] / d["runs"] >= 16 * 4096, d
 
 
@@ -192,9 +193,10 @@ def test_counters_stay_monotonic_while_devices_are_removed_during_scrapes(daemon
                 s = d.scrape()
                 with open(f"/sys/block/{survivor.name}/stat") as f:
                     reads_after = int(f.read().split()[0])
-                out.append((value(s, SIZE + "_count", device=survivor.name, op="read"),
-                            value(s, SIZE + "_sum", device=survivor.name, op="read"),
-                            value(s, MISSED, device=survivor.name, op="read"), reads_after))
+                # baseline(): the survivor's series appear with its first request.
+                out.append((baseline(s, SIZE + "_count", device=survivor.name, op="read"),
+                            baseline(s, SIZE + "_sum", device=survivor.name, op="read"),
+                            baseline(s, MISSED, device=survivor.name, op="read"), reads_after))
         except Exception as e:  # reported below: a thread's exception is otherwise lost
             errors.append(e)
 
@@ -215,7 +217,7 @@ def test_counters_stay_monotonic_while_devices_are_removed_during_scrapes(daemon
             errors.append(e)
 
     time.sleep(0.5)  # quiet: anything probing the new device (udev, where it runs) is done
-    count_before = value(d.scrape(), SIZE + "_count", device=survivor.name, op="read")
+    count_before = baseline(d.scrape(), SIZE + "_count", device=survivor.name, op="read")
     reads_before = stat(survivor)[0]
     threads = [threading.Thread(target=scraper, args=(out,)) for out in seen] + [threading.Thread(target=churn)]
     for t in threads:

@@ -199,3 +199,15 @@ TEST(MergeRules, AppendBuildsTheRunMergingWouldHaveBuilt) {
 }
 
 }  // namespace
+
+// blk_add_rq_to_plug(): the request added right after its getrq is the plug's newest while the
+// plug holds one more; a request whose add flushed a full plug (32 of one queue) is alone in it.
+TEST(MergeRules, PlugStillHoldsTheNewestRequestAcrossTheFullPlugFlush) {
+  EXPECT_TRUE(mw_plug_still_holds(0, 1));
+  EXPECT_TRUE(mw_plug_still_holds(30, 31));
+  EXPECT_TRUE(mw_plug_still_holds(32, 1));   // the 33rd request flushed the first 32
+  EXPECT_TRUE(mw_plug_still_holds(40, 1));   // a plug of several queues flushes at 64
+  EXPECT_FALSE(mw_plug_still_holds(5, 1));   // flushed (the task slept), then another request
+  EXPECT_FALSE(mw_plug_still_holds(5, 7));   // another request came after it
+  EXPECT_FALSE(mw_plug_still_holds(5, 5));   // not added: the request left the plug
+}
