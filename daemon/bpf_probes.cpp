@@ -314,6 +314,14 @@ Snapshot BpfProbes::Read() {
     if (bpf_map_lookup_elem(counts_fd, &i, counts.data()) != 0) continue;
     for (uint64_t v : counts) snapshot.event_counts[i] += v;
   }
+  struct bpf_program* prog = nullptr;
+  bpf_object__for_each_program(prog, skel_->obj) {
+    if (!bpf_program__autoload(prog) || bpf_program__fd(prog) < 0) continue;
+    bpf_prog_info info{};
+    uint32_t length = sizeof(info);
+    if (bpf_obj_get_info_by_fd(bpf_program__fd(prog), &info, &length) == 0)
+      snapshot.nested_runs_skipped += info.recursion_misses;
+  }
   return snapshot;
 }
 

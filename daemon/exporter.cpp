@@ -202,11 +202,15 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
   MetricFamily events = Family("mergewatch_bpf_events_dropped_total",
                                "Events the BPF programs could not account, by reason. complete_without_issue counts "
                                "data completions whose dispatch was not seen (requests in flight when the daemon "
-                               "started); flushes and passthrough commands are not in it.",
+                               "started); program_nested counts runs the kernel skipped because the same program was "
+                               "already running on that CPU (an interrupt's completion on top of another); flushes and "
+                               "passthrough commands are not in it.",
                                MetricType::Counter);
   for (int i = 0; i < MW_CNT_FIRST_NOT_LOST; ++i)
     events.metric.push_back(
         CounterValue({{"reason", kCounterNames[i]}}, static_cast<double>(snapshot.event_counts[i])));
+  events.metric.push_back(
+      CounterValue({{"reason", "program_nested"}}, static_cast<double>(snapshot.nested_runs_skipped)));
   MetricFamily not_io = Family("mergewatch_non_io_requests_total",
                                "Requests dispatched that are not block I/O and are in no size or latency histogram: "
                                "flush (REQ_OP_FLUSH, empty flushes and the flush sequences of FUA/PREFLUSH writes), "

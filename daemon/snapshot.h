@@ -55,6 +55,10 @@ struct Snapshot {
   std::vector<ProgramStatus> programs;
   std::map<OriginKey, mw_origin_stats> origins;
   std::array<uint64_t, MW_CNT_MAX> event_counts{};
+  // Runs of our programs the kernel skipped because the same program was already running on
+  // that CPU (bpf_prog_info.recursion_misses, 5.12+): a completion in an interrupt on top of a
+  // completion in a kworker. Each is an event lost (a request untimed, or not counted).
+  uint64_t nested_runs_skipped = 0;
 };
 
 // Keys of devices that no longer exist (or whose major:minor now belongs to a newer disk).
