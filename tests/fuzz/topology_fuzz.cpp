@@ -271,7 +271,10 @@ void CheckTopology(const mergewatch::Topology& topology) {
   for (const mergewatch::BlockDevice& device : topology.devices()) {
     if (FromCanary(device)) Die("device read from outside the sysfs root: " + device.name);
     const mergewatch::BlockDevice* by_name = topology.FindByName(device.name);
-    const mergewatch::BlockDevice* by_dev = topology.Find(device.major, device.minor);
+    // A hidden multipath path disk has no dev_t in sysfs (major:minor stay 0): it is found by its
+    // diskseq (FindKey), and only the name index must give it back.
+    const mergewatch::BlockDevice* by_dev = device.hidden ? &device : topology.Find(device.major, device.minor);
+    if (device.hidden) (void)topology.CountedUnder(device.major, device.minor, device.diskseq);
     if (by_name != &device || by_dev != &device) Die("index inconsistent for " + device.name);
     (void)topology.UpperDevices(device.name);
     (void)topology.LowerDisks(device.name);

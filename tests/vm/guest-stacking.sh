@@ -66,7 +66,7 @@ start_daemon() {	# start_daemon NAME PORT ARGS...
 
 # ---------------------------------------------------------------- 1. LVM after the daemon started
 modprobe -a md-mod raid0
-lvm_ vgchange -q -an $VG                      # the scenario's LVs: no dm device from here on
+lvm_ vgchange -q -an                          # every VG the scenario made (vg0, and vg1/vg2 on the multipath and partitioned disks): no dm device from here on
 [ -z "$(ls /sys/block | grep '^dm-' || true)" ] || die "dm devices still present: $(ls /sys/block)"
 # Short windows: the md part below must raise within seconds under TCG.
 POLICY=(--collapse.window=3s --collapse.raise-after=1s --collapse.clear-after=2s)
