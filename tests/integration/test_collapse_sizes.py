@@ -27,7 +27,10 @@ def test_batched_8_and_16_kib_reads_with_nomerges_2_raise(detector, loop_device,
         merged = value(s, "mergewatch_collapse_merged_request_bytes", device=dev.name)
         # kib-sized requests, none at most 4 KiB; merging would have built runs of 64 of them,
         # capped by the loop queue's max_sectors (1280 KiB here, 512 KiB or less elsewhere).
-        assert lower == kib * 1024, (lower, merged)
+        # The window's mean: another process's odd request on the device (a probe after attach)
+        # moves it by a few bytes (8192.011 once in CI), so within 1%; the pieces' size is exact
+        # in small_request_ratio == 0 below and in the histogram.
+        assert lower == pytest.approx(kib * 1024, rel=0.01), (lower, merged)
         assert value(s, "mergewatch_collapse_small_request_ratio", device=dev.name) == 0
         assert merged >= 16 * lower, (lower, merged)
         assert f"merge collapse on {dev.name}" in detector.log_text()
