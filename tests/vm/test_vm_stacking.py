@@ -107,7 +107,9 @@ def test_require_upper_any_raises_for_md_and_dm_only_does_not(res):
     anyp, dmp = samples("md-any.prom"), samples("md-dm.prom")
     # The 2019 shape with md instead of dm-snapshot: readahead bios at md0, 4 KiB requests at the disk.
     assert value(anyp, "mergewatch_merge_collapse", device=DISK, upper="md0") == 1
-    assert value(anyp, "mergewatch_collapse_small_request_ratio", device=DISK) == 1
+    # A window share, not a count: another request on the disk in the window (LVM's or md's own
+    # metadata I/O) moves it off 1 (0.9988 once in CI).
+    assert value(anyp, "mergewatch_collapse_small_request_ratio", device=DISK) >= 0.99
     assert value(anyp, "mergewatch_collapse_lower_request_bytes", device=DISK) == 4096
     assert value(anyp, "mergewatch_collapse_upper_bio_bytes", device=DISK, upper="md0") >= 8 * 4096
     assert value(anyp, "mergewatch_collapse_upper_request_ratio", device=DISK, upper="md0") > 0.95
