@@ -111,6 +111,7 @@ res md_chunk_bytes "$(cat /sys/block/md0/md/chunk_size)"
 echo none > /sys/block/$DISK/queue/scheduler
 echo 2 > /sys/block/$DISK/queue/nomerges
 t=$(wait_series 19872 "$BIOQ" 1 15) || die "block_bio_queue not attached with md0 ($t)"
+sleep 3   # one collapse window: the I/O of pvremove and mdadm's superblock write leaves it before the reads
 log "md0 (raid0, 4 KiB chunks) on $DISK, nomerges=2: buffered reads (readahead bios, split into 4 KiB)"
 # Through the page cache as the incident's cat: readahead sends large bios, each a fresh region.
 ( for i in $(seq 0 31); do dd if=/dev/md0 of=/dev/null bs=1M count=32 skip=$((i * 32)) status=none; done ) &

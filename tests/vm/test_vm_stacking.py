@@ -110,7 +110,9 @@ def test_require_upper_any_raises_for_md_and_dm_only_does_not(res):
     # A window share, not a count: another request on the disk in the window (LVM's or md's own
     # metadata I/O) moves it off 1 (0.9988 once in CI).
     assert value(anyp, "mergewatch_collapse_small_request_ratio", device=DISK) >= 0.99
-    assert value(anyp, "mergewatch_collapse_lower_request_bytes", device=DISK) == 4096
+    # The window's mean request size: the same foreign requests move it too, and a few large ones
+    # move it more than the share (4175 once in CI). A collapse at 8 KiB would be twice 4096.
+    assert 4096 * 0.9 <= value(anyp, "mergewatch_collapse_lower_request_bytes", device=DISK) <= 4096 * 1.1
     assert value(anyp, "mergewatch_collapse_upper_bio_bytes", device=DISK, upper="md0") >= 8 * 4096
     assert value(anyp, "mergewatch_collapse_upper_request_ratio", device=DISK, upper="md0") > 0.95
     assert value(anyp, "mergewatch_device_holder_info", device=DISK, holder="md0") == 1
