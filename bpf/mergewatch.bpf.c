@@ -70,18 +70,59 @@ const volatile __u32 inflight_slot_bits = 16;
 
 /*
  * The verifier forbids arithmetic on a typed kernel pointer (a tp_btf argument), and
- * register tricks do not fool it; a copy read back from memory is a plain number. The copy
- * goes through the program's own stack, not a shared per-CPU scratch map: a completion in
- * interrupt context nesting between the write and the read-back would hand its pointer to
- * the interrupted program (a request claiming another's in-flight slot, which then counted
- * the wrong request once and the right one never).
+ * register tricks do not fool it; a copy read back from a map value is a plain number
+ * (storing a pointer into a map needs CAP_PERFMON, which loading tracing programs needs
+ * anyway). The cell is per CPU and per nesting level: a completion in interrupt context
+ * that runs between the write and the read-back uses the next level's cell, so it can
+ * never hand its pointer to the program it interrupted (a shared cell did: a request
+ * claiming another's in-flight slot). bpf_probe_read_kernel() into the stack is also
+ * nest-safe but a helper call, 35-50 ns per program run (BENCHMARKS.md).
  */
+#define MW_NEST_LEVELS 8 /* task, softirq, hardirq, NMI: 4 would do; the mask keeps it in bounds */
+
+struct mw_nest {
+	__u32 depth; /* programs of this object running on this CPU, the current one included */
+	__u32 pad;
+	__u64 cell[MW_NEST_LEVELS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct mw_nest);
+} nest_scratch SEC(".maps");
+
+static __always_inline struct mw_nest *nest_state(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&nest_scratch, &zero);
+}
+
+/* Every program body runs inside MW_NESTED(), which owns one level for its duration. */
+#define MW_NESTED(call)                                                                            \
+	({                                                                                         \
+		struct mw_nest *nest_ = nest_state();                                              \
+		int ret_ = 0;                                                                      \
+		if (nest_) {                                                                       \
+			nest_->depth++;                                                            \
+			ret_ = (call);                                                             \
+			nest_->depth--;                                                            \
+		}                                                                                  \
+		ret_;                                                                              \
+	})
+
 static __always_inline __u64 pointer_value(const void *pointer)
 {
-	__u64 value = 0;
+	struct mw_nest *nest = nest_state();
+	volatile __u64 *cell;
 
-	bpf_probe_read_kernel(&value, sizeof(value), &pointer);
-	return value;
+	if (!nest)
+		return 0;
+	cell = &nest->cell[(nest->depth - 1) & (MW_NEST_LEVELS - 1)];
+	*cell = (__u64)pointer;
+	return *cell;
 }
 
 static __always_inline bool slot_claimable(const struct mw_inflight *slot, __u64 now)
@@ -316,56 +357,56 @@ static __always_inline void hist_add(__u64 *slots, __u64 *sum, __u64 value, __u3
 			    : handler((struct bio *)(ctx)[0], (__u32)(ctx)[1], (ctx)[2]))
 
 SEC("tp_btf/block_rq_insert")
-int BPF_PROG(btf_rq_insert) { return handle_rq_insert_btf(RQ_ARG(ctx)); }
+int BPF_PROG(btf_rq_insert) { return MW_NESTED(handle_rq_insert_btf(RQ_ARG(ctx))); }
 
 SEC("tp_btf/block_rq_issue")
-int BPF_PROG(btf_rq_issue) { return handle_rq_issue_btf(RQ_ARG(ctx)); }
+int BPF_PROG(btf_rq_issue) { return MW_NESTED(handle_rq_issue_btf(RQ_ARG(ctx))); }
 
 /* (rq, error, nr_bytes) since v4.13; raw_tp/tp_btf need 4.17+ anyway. */
 SEC("tp_btf/block_rq_requeue")
-int BPF_PROG(btf_rq_requeue) { return handle_rq_requeue_btf(RQ_ARG(ctx)); }
+int BPF_PROG(btf_rq_requeue) { return MW_NESTED(handle_rq_requeue_btf(RQ_ARG(ctx))); }
 
 SEC("tp_btf/block_rq_complete")
-int BPF_PROG(btf_rq_complete) { return handle_rq_complete_btf((void *)ctx[0], (__u32)ctx[2]); }
+int BPF_PROG(btf_rq_complete) { return MW_NESTED(handle_rq_complete_btf((void *)ctx[0], (__u32)ctx[2])); }
 
 SEC("tp_btf/block_bio_backmerge")
-int BPF_PROG(btf_bio_backmerge) { return handle_bio_merge_btf(BIO_MERGE_ARG(ctx), true); }
+int BPF_PROG(btf_bio_backmerge) { return MW_NESTED(handle_bio_merge_btf(BIO_MERGE_ARG(ctx), true)); }
 
 SEC("tp_btf/block_bio_frontmerge")
-int BPF_PROG(btf_bio_frontmerge) { return handle_bio_merge_btf(BIO_MERGE_ARG(ctx), false); }
+int BPF_PROG(btf_bio_frontmerge) { return MW_NESTED(handle_bio_merge_btf(BIO_MERGE_ARG(ctx), false)); }
 
 SEC("tp_btf/block_bio_queue")
-int BPF_PROG(btf_bio_queue) { return handle_bio_queue_btf(BIO_QUEUE_ARG(ctx)); }
+int BPF_PROG(btf_bio_queue) { return MW_NESTED(handle_bio_queue_btf(BIO_QUEUE_ARG(ctx))); }
 
 SEC("tp_btf/block_getrq")
-int BPF_PROG(btf_getrq) { return handle_getrq_btf(GETRQ_ARG(ctx)); }
+int BPF_PROG(btf_getrq) { return MW_NESTED(handle_getrq_btf(GETRQ_ARG(ctx))); }
 
 SEC("tp_btf/block_bio_remap")
-int BPF_PROG(btf_bio_remap) { return REMAP_FROM_CTX(handle_bio_remap_btf, ctx); }
+int BPF_PROG(btf_bio_remap) { return MW_NESTED(REMAP_FROM_CTX(handle_bio_remap_btf, ctx)); }
 
 SEC("raw_tp/block_rq_insert")
-int raw_rq_insert(__u64 *ctx) { return handle_rq_insert_raw(RQ_ARG(ctx)); }
+int raw_rq_insert(__u64 *ctx) { return MW_NESTED(handle_rq_insert_raw(RQ_ARG(ctx))); }
 
 SEC("raw_tp/block_rq_issue")
-int raw_rq_issue(__u64 *ctx) { return handle_rq_issue_raw(RQ_ARG(ctx)); }
+int raw_rq_issue(__u64 *ctx) { return MW_NESTED(handle_rq_issue_raw(RQ_ARG(ctx))); }
 
 SEC("raw_tp/block_rq_requeue")
-int raw_rq_requeue(__u64 *ctx) { return handle_rq_requeue_raw(RQ_ARG(ctx)); }
+int raw_rq_requeue(__u64 *ctx) { return MW_NESTED(handle_rq_requeue_raw(RQ_ARG(ctx))); }
 
 SEC("raw_tp/block_rq_complete")
-int raw_rq_complete(__u64 *ctx) { return handle_rq_complete_raw((void *)ctx[0], (__u32)ctx[2]); }
+int raw_rq_complete(__u64 *ctx) { return MW_NESTED(handle_rq_complete_raw((void *)ctx[0], (__u32)ctx[2])); }
 
 SEC("raw_tp/block_bio_backmerge")
-int raw_bio_backmerge(__u64 *ctx) { return handle_bio_merge_raw(BIO_MERGE_ARG(ctx), true); }
+int raw_bio_backmerge(__u64 *ctx) { return MW_NESTED(handle_bio_merge_raw(BIO_MERGE_ARG(ctx), true)); }
 
 SEC("raw_tp/block_bio_frontmerge")
-int raw_bio_frontmerge(__u64 *ctx) { return handle_bio_merge_raw(BIO_MERGE_ARG(ctx), false); }
+int raw_bio_frontmerge(__u64 *ctx) { return MW_NESTED(handle_bio_merge_raw(BIO_MERGE_ARG(ctx), false)); }
 
 SEC("raw_tp/block_bio_queue")
-int raw_bio_queue(__u64 *ctx) { return handle_bio_queue_raw(BIO_QUEUE_ARG(ctx)); }
+int raw_bio_queue(__u64 *ctx) { return MW_NESTED(handle_bio_queue_raw(BIO_QUEUE_ARG(ctx))); }
 
 SEC("raw_tp/block_getrq")
-int raw_getrq(__u64 *ctx) { return handle_getrq_raw(GETRQ_ARG(ctx)); }
+int raw_getrq(__u64 *ctx) { return MW_NESTED(handle_getrq_raw(GETRQ_ARG(ctx))); }
 
 SEC("raw_tp/block_bio_remap")
-int raw_bio_remap(__u64 *ctx) { return REMAP_FROM_CTX(handle_bio_remap_raw, ctx); }
+int raw_bio_remap(__u64 *ctx) { return MW_NESTED(REMAP_FROM_CTX(handle_bio_remap_raw, ctx)); }
