@@ -166,7 +166,7 @@ static __always_inline struct mw_inflight *inflight_slot_of(__u64 rq, __u64 now,
 	a->rq = rq;
 	a->insert_ns = 0;
 	a->issue_ns = 0;
-	a->bytes = 0;
+	a->requeued = 0;
 	return a;
 }
 
@@ -363,6 +363,8 @@ SEC("tp_btf/block_rq_issue")
 int BPF_PROG(btf_rq_issue) { return MW_NESTED(handle_rq_issue_btf(RQ_ARG(ctx))); }
 
 /* (rq, error, nr_bytes) since v4.13; raw_tp/tp_btf need 4.17+ anyway. */
+SEC("tp_btf/block_rq_requeue")
+int BPF_PROG(btf_rq_requeue) { return MW_NESTED(handle_rq_requeue_btf(RQ_ARG(ctx))); }
 
 SEC("tp_btf/block_rq_complete")
 int BPF_PROG(btf_rq_complete) { return MW_NESTED(handle_rq_complete_btf((void *)ctx[0], (__u32)ctx[2])); }
@@ -388,6 +390,8 @@ int raw_rq_insert(__u64 *ctx) { return MW_NESTED(handle_rq_insert_raw(RQ_ARG(ctx
 SEC("raw_tp/block_rq_issue")
 int raw_rq_issue(__u64 *ctx) { return MW_NESTED(handle_rq_issue_raw(RQ_ARG(ctx))); }
 
+SEC("raw_tp/block_rq_requeue")
+int raw_rq_requeue(__u64 *ctx) { return MW_NESTED(handle_rq_requeue_raw(RQ_ARG(ctx))); }
 
 SEC("raw_tp/block_rq_complete")
 int raw_rq_complete(__u64 *ctx) { return MW_NESTED(handle_rq_complete_raw((void *)ctx[0], (__u32)ctx[2])); }

@@ -116,7 +116,7 @@ bool ReadTracepointLayout(const std::string& btf_path, TracepointLayout* layout,
   layout->bio_queue_arg = queue >= 2 ? 1 : 0;
   layout->getrq_arg = getrq >= 2 ? 1 : 0;
   layout->bio_remap_arg = remap >= 4 ? 1 : 0;
-  for (const char* tp : {"block_rq_insert", "block_rq_issue", "block_rq_complete",
+  for (const char* tp : {"block_rq_insert", "block_rq_issue", "block_rq_requeue", "block_rq_complete",
                          "block_bio_backmerge",
                          "block_bio_frontmerge", "block_bio_queue", "block_getrq", "block_bio_remap"}) {
     if (TracepointArity(btf, tp) < 0) layout->missing.push_back(tp);

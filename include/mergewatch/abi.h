@@ -82,10 +82,11 @@ struct mw_origin_stats {
 
 struct mw_dev_stats {
 	/*
-	 * Bytes per request dispatched to the driver, as dispatched (block_rq_issue), counted
-	 * once at its final completion (block_rq_complete), as /sys/block/X/stat counts it: a
-	 * request dispatched again after a requeue (SCSI busy, NVMe reset, path failover) is one
-	 * request. Flushes and passthrough commands are not I/O here (MW_CNT_FLUSH/MW_CNT_PASSTHROUGH).
+	 * Bytes per request dispatched to the driver (block_rq_issue), counted at dispatch
+	 * except the dispatch that follows a requeue (block_rq_requeue marks the request's
+	 * in-flight slot): SCSI busy, NVMe reset or path failover dispatch a request again, and
+	 * /sys/block/X/stat counts it once. Flushes and passthrough commands are not I/O here
+	 * (MW_CNT_FLUSH/MW_CNT_PASSTHROUGH).
 	 */
 	__u64 size_slots[MW_SIZE_SLOTS];
 	__u64 size_sum_bytes;
@@ -135,7 +136,7 @@ struct mw_inflight {
 	__u64 rq; /* struct request pointer; 0 = free */
 	__u64 insert_ns;
 	__u64 issue_ns;
-	__u64 bytes; /* __data_len at the last dispatch: the size counted at completion */
+	__u64 requeued; /* 1 between block_rq_requeue and the dispatch after it: already counted */
 };
 
 /* Smallest k with 2^k >= v (0 for v <= 1). Branch-light so BPF and C++ share it. */
