@@ -330,19 +330,23 @@ static __always_inline void hist_add(__u64 *slots, __u64 *sum, __u64 value, __u3
 /* tp_btf: typed arguments, direct loads */
 #define MW_FN(name) name##_btf
 #define MW_READ MW_DIRECT_READ
+#define MW_READ_BITFIELD BPF_CORE_READ_BITFIELD
 #define MW_CURRENT_TASK() bpf_get_current_task_btf()
 #include "handlers.bpf.h"
 #undef MW_FN
 #undef MW_READ
+#undef MW_READ_BITFIELD
 #undef MW_CURRENT_TASK
 
 /* raw_tp fallback: the same handlers reading through bpf_probe_read_kernel */
 #define MW_FN(name) name##_raw
 #define MW_READ BPF_CORE_READ
+#define MW_READ_BITFIELD BPF_CORE_READ_BITFIELD_PROBED
 #define MW_CURRENT_TASK() ((struct task_struct *)bpf_get_current_task())
 #include "handlers.bpf.h"
 #undef MW_FN
 #undef MW_READ
+#undef MW_READ_BITFIELD
 #undef MW_CURRENT_TASK
 
 /* Constant-offset context reads: the verifier rejects a variable index into ctx. */
