@@ -134,7 +134,19 @@ def make_loop(size_mb, name, fill=False):
     CLEANUP.push(f"rm {path}", lambda: os.path.exists(path) and os.unlink(path))
     dev = run(["losetup", "-f", "--show", path]).stdout.strip()
     OWN_LOOPS.append((dev, path))
-    CLEANUP.push(f"losetup -d {dev}", lambda: run(["losetup", "-j", path]).stdout.strip() and run(["losetup", "-d", dev]))
+
+    def detach():
+        # By the device's own backing file, not `losetup -j path`: a second make_loop of the same name
+        # (metrics_latency run twice in one process) reuses the path, whose file is gone by the time
+        # the first device is released, and `losetup -j` then finds nothing (96 devices leaked once).
+        try:
+            with open(f"/sys/block/{os.path.basename(dev)}/loop/backing_file") as f:
+                backing = f.read().strip()
+        except OSError:
+            return  # already detached
+        if backing.removesuffix(" (deleted)") == path:
+            run(["losetup", "-d", dev])
+    CLEANUP.push(f"losetup -d {dev}", detach)
     if fill:  # real pages, not holes
         run(["dd", "if=/dev/zero", f"of={dev}", "bs=1M", f"count={size_mb}", "oflag=direct"])
     return dev
