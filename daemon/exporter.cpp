@@ -64,17 +64,36 @@ class ScrapeNames {
 
 }  // namespace
 
+namespace {
+
+// The upper bounds of the slots but the last, computed once per scrape for all histograms of a kind.
+std::vector<double> Log2Bounds(size_t slot_count, int min_shift, double per_unit) {
+  std::vector<double> bounds;
+  bounds.reserve(slot_count - 1);
+  for (size_t i = 0; i + 1 < slot_count; ++i) bounds.push_back(std::ldexp(1.0, min_shift + static_cast<int>(i)) / per_unit);
+  return bounds;
+}
+
+// slots has bounds.size() + 1 entries.
+void FillLog2Histogram(const __u64* slots, const std::vector<double>& bounds, uint64_t sum, double per_unit,
+                       ClientMetric::Histogram* histogram) {
+  histogram->bucket.resize(bounds.size());
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < bounds.size(); ++i) {
+    cumulative += slots[i];
+    histogram->bucket[i] = {cumulative, bounds[i]};
+  }
+  // The serializer appends le="+Inf" = sample_count; it includes the overflow slot.
+  histogram->sample_count = cumulative + slots[bounds.size()];
+  histogram->sample_sum = static_cast<double>(sum) / per_unit;
+}
+
+}  // namespace
+
 ClientMetric::Histogram Log2Histogram(const __u64* slots, size_t slot_count, uint64_t sum, int min_shift,
                                       double per_unit) {
   ClientMetric::Histogram histogram;
-  uint64_t cumulative = 0;
-  for (size_t i = 0; i + 1 < slot_count; ++i) {
-    cumulative += slots[i];
-    histogram.bucket.push_back({cumulative, std::ldexp(1.0, min_shift + static_cast<int>(i)) / per_unit});
-  }
-  // The serializer appends le="+Inf" = sample_count; it includes the overflow slot.
-  histogram.sample_count = cumulative + slots[slot_count - 1];
-  histogram.sample_sum = static_cast<double>(sum) / per_unit;
+  FillLog2Histogram(slots, Log2Bounds(slot_count, min_shift, per_unit), sum, per_unit, &histogram);
   return histogram;
 }
 
@@ -124,42 +143,54 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
                                          "mergewatch_missed_merge_runs_total, the request size merging would have built.",
                                          MetricType::Counter);
 
+  // Every series is built in place in its family's vector, which never grows past its first
+  // allocation; the bounds are the same for every histogram of a kind.
+  for (MetricFamily* f : {&size, &latency, &queue_latency, &bio_size, &missed, &missed_runs, &missed_run_bytes})
+    f->metric.reserve(by_label.size());
+  merges.metric.reserve(2 * by_label.size());
+  const std::vector<double> size_bounds = Log2Bounds(MW_SIZE_SLOTS, MW_SIZE_MIN_SHIFT, 1.0);
+  const std::vector<double> latency_bounds = Log2Bounds(MW_LAT_SLOTS, MW_LAT_MIN_SHIFT, kNanosecondsPerSecond);
+  const auto add = [](MetricFamily* family, const std::vector<ClientMetric::Label>& labels) -> ClientMetric& {
+    family->metric.emplace_back();
+    family->metric.back().label = labels;
+    return family->metric.back();
+  };
+  std::vector<ClientMetric::Label> base(2), with_kind(3);
+  base[0].name = with_kind[0].name = "device";
+  base[1].name = with_kind[1].name = "op";
+  with_kind[2].name = "kind";
   for (const auto& [labels, stats] : by_label) {
-    std::vector<ClientMetric::Label> base = {{"device", labels.first}, {"op", labels.second}};
+    base[0].value = with_kind[0].value = labels.first;
+    base[1].value = with_kind[1].value = labels.second;
     uint64_t issued = 0, bios = 0;
     for (uint64_t v : stats.size_slots) issued += v;
     for (uint64_t v : stats.bio_size_slots) bios += v;
 
     // Request-based devices have dispatches; bio-based ones only bios. Emit what the device has.
     if (issued > 0) {
-      ClientMetric m = Labeled(base);
-      m.histogram = Log2Histogram(stats.size_slots, MW_SIZE_SLOTS, stats.size_sum_bytes, MW_SIZE_MIN_SHIFT, 1.0);
-      size.metric.push_back(m);
-      m.histogram = Log2Histogram(stats.latency_slots, MW_LAT_SLOTS, stats.latency_sum_ns, MW_LAT_MIN_SHIFT,
-                                  kNanosecondsPerSecond);
-      latency.metric.push_back(m);
+      FillLog2Histogram(stats.size_slots, size_bounds, stats.size_sum_bytes, 1.0, &add(&size, base).histogram);
+      FillLog2Histogram(stats.latency_slots, latency_bounds, stats.latency_sum_ns, kNanosecondsPerSecond,
+                        &add(&latency, base).histogram);
       // Only requests that went through block_rq_insert have a queue time: with the none
       // scheduler that is almost none, and 30 empty series per device are not worth a scrape.
-      m.histogram = Log2Histogram(stats.queue_latency_slots, MW_LAT_SLOTS, stats.queue_latency_sum_ns,
-                                  MW_LAT_MIN_SHIFT, kNanosecondsPerSecond);
-      if (m.histogram.sample_count > 0) queue_latency.metric.push_back(m);
-      missed.metric.push_back(CounterValue(base, static_cast<double>(stats.missed_merges)));
-      missed_runs.metric.push_back(CounterValue(base, static_cast<double>(stats.missed_merge_runs)));
-      missed_run_bytes.metric.push_back(CounterValue(base, static_cast<double>(stats.missed_merge_run_bytes)));
+      uint64_t queued = 0;
+      for (uint64_t v : stats.queue_latency_slots) queued += v;
+      if (queued > 0)
+        FillLog2Histogram(stats.queue_latency_slots, latency_bounds, stats.queue_latency_sum_ns,
+                          kNanosecondsPerSecond, &add(&queue_latency, base).histogram);
+      add(&missed, base).counter.value = static_cast<double>(stats.missed_merges);
+      add(&missed_runs, base).counter.value = static_cast<double>(stats.missed_merge_runs);
+      add(&missed_run_bytes, base).counter.value = static_cast<double>(stats.missed_merge_run_bytes);
     }
     if (issued > 0 || stats.back_merges > 0 || stats.front_merges > 0) {
-      auto back = base, front = base;
-      back.push_back({"kind", "back"});
-      front.push_back({"kind", "front"});
-      merges.metric.push_back(CounterValue(back, static_cast<double>(stats.back_merges)));
-      merges.metric.push_back(CounterValue(front, static_cast<double>(stats.front_merges)));
+      with_kind[2].value = "back";
+      add(&merges, with_kind).counter.value = static_cast<double>(stats.back_merges);
+      with_kind[2].value = "front";
+      add(&merges, with_kind).counter.value = static_cast<double>(stats.front_merges);
     }
-    if (bios > 0) {
-      ClientMetric m = Labeled(base);
-      m.histogram =
-          Log2Histogram(stats.bio_size_slots, MW_SIZE_SLOTS, stats.bio_size_sum_bytes, MW_SIZE_MIN_SHIFT, 1.0);
-      bio_size.metric.push_back(m);
-    }
+    if (bios > 0)
+      FillLog2Histogram(stats.bio_size_slots, size_bounds, stats.bio_size_sum_bytes, 1.0,
+                        &add(&bio_size, base).histogram);
   }
 
   MetricFamily remapped = Family("mergewatch_remapped_requests_total",
@@ -232,6 +263,7 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
   unresolved_family.metric.push_back(GaugeValue({}, static_cast<double>(unresolved.size())));
 
   std::vector<MetricFamily> families;
+  families.reserve(17);  // and the collector's scrape errors
   for (MetricFamily* f : {&size, &latency, &queue_latency, &bio_size, &merges, &missed, &missed_runs,
                           &missed_run_bytes, &remapped, &remapped_missed, &build, &programs, &events, &not_io,
                           &capacity, &unresolved_family})

@@ -112,15 +112,21 @@ std::vector<MetricFamily> ProgramCostFamilies(const std::vector<ProgramCost>& co
                     "sysctl kernel.bpf_stats_enabled=1.",
                     MetricType::Counter,
                     {}};
+  time.metric.reserve(costs.size());
+  runs.metric.reserve(costs.size());
   for (const ProgramCost& c : costs) {
     ClientMetric m;
     m.label = {{"tracepoint", c.tracepoint}, {"mode", c.mode}};
     m.counter.value = static_cast<double>(c.run_time_ns) * 1e-9;
     time.metric.push_back(m);
     m.counter.value = static_cast<double>(c.run_count);
-    runs.metric.push_back(m);
+    runs.metric.push_back(std::move(m));
   }
-  return {time, runs};
+  std::vector<MetricFamily> families;
+  families.reserve(2);
+  families.push_back(std::move(time));
+  families.push_back(std::move(runs));
+  return families;
 }
 
 std::vector<MetricFamily> SelfCollector::Collect() const {

@@ -1,5 +1,6 @@
 #include "state_metrics.h"
 
+#include <initializer_list>
 #include <utility>
 
 namespace mergewatch {
@@ -24,6 +25,14 @@ void AddGauge(MetricFamily* family, std::vector<ClientMetric::Label> labels, dou
   family->metric.push_back(std::move(metric));
 }
 
+// A braced list of families would be copied, every series with it.
+std::vector<MetricFamily> Moved(std::initializer_list<MetricFamily*> families) {
+  std::vector<MetricFamily> out;
+  out.reserve(families.size());
+  for (MetricFamily* f : families) out.push_back(std::move(*f));
+  return out;
+}
+
 }  // namespace
 
 std::vector<MetricFamily> TopologyFamilies(const Topology& topology) {
@@ -40,6 +49,8 @@ std::vector<MetricFamily> TopologyFamilies(const Topology& topology) {
   MetricFamily rotational = GaugeFamily("mergewatch_queue_rotational", "queue/rotational: 1 for spinning disks.");
   MetricFamily scheduler = GaugeFamily("mergewatch_queue_scheduler_info", "The active I/O scheduler. Always 1.");
 
+  for (MetricFamily* f : {&info, &nomerges, &max_sectors, &max_segments, &rotational, &scheduler})
+    f->metric.reserve(topology.devices().size());
   for (const BlockDevice& d : topology.devices()) {
     AddGauge(&info,
              {{"device", d.name},
@@ -60,7 +71,7 @@ std::vector<MetricFamily> TopologyFamilies(const Topology& topology) {
     if (!d.queue.scheduler.empty())
       AddGauge(&scheduler, {{"device", d.name}, {"scheduler", d.queue.scheduler}}, 1);
   }
-  return {info, holders, nomerges, max_sectors, max_segments, rotational, scheduler};
+  return Moved({&info, &holders, &nomerges, &max_sectors, &max_segments, &rotational, &scheduler});
 }
 
 std::vector<MetricFamily> CollapseFamilies(const std::vector<DiskVerdict>& verdicts) {
@@ -89,6 +100,8 @@ std::vector<MetricFamily> CollapseFamilies(const std::vector<DiskVerdict>& verdi
   MetricFamily upper_share = GaugeFamily("mergewatch_collapse_upper_request_ratio",
                                          "Share of the disk's requests over the window that were remapped from "
                                          "the upper device (block_bio_remap chain).");
+  for (MetricFamily* f : {&collapse, &condition, &rate, &small, &missed, &merges, &lower, &merged})
+    f->metric.reserve(verdicts.size());
   for (const DiskVerdict& v : verdicts) {
     const CollapseEvidence& e = v.evidence;
     AddGauge(&collapse, {{"device", v.device}, {"upper", v.upper}}, v.raised ? 1 : 0);
@@ -104,7 +117,7 @@ std::vector<MetricFamily> CollapseFamilies(const std::vector<DiskVerdict>& verdi
       AddGauge(&upper_share, {{"device", v.device}, {"upper", e.upper}}, e.upper_request_share);
     }
   }
-  return {collapse, condition, rate, small, missed, merges, lower, merged, upper, upper_share};
+  return Moved({&collapse, &condition, &rate, &small, &missed, &merges, &lower, &merged, &upper, &upper_share});
 }
 
 void StateCollector::Publish(std::shared_ptr<const Topology> topology, std::vector<DiskVerdict> verdicts) {
@@ -122,7 +135,9 @@ std::vector<MetricFamily> StateCollector::Collect() const {
     verdicts = verdicts_;
   }
   std::vector<MetricFamily> families = TopologyFamilies(*topology);
-  for (MetricFamily& f : CollapseFamilies(verdicts)) families.push_back(std::move(f));
+  std::vector<MetricFamily> collapse = CollapseFamilies(verdicts);
+  families.reserve(families.size() + collapse.size());
+  for (MetricFamily& f : collapse) families.push_back(std::move(f));
   return families;
 }
 

@@ -1,13 +1,19 @@
 // The HTTP endpoint's pure parts and the label and number formatting the scrape depends on.
 #include <gtest/gtest.h>
 #include <prometheus/text_serializer.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <zlib.h>
 
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <fstream>
 #include <unistd.h>
 #include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <regex>
 #include <set>
 
@@ -131,6 +137,68 @@ TEST(Gzip, RoundTripsAndHonoursAcceptEncoding) {
   EXPECT_FALSE(AcceptsGzip("gzip;q=0"));
   EXPECT_FALSE(AcceptsGzip("gzip; q=0.000"));
   EXPECT_FALSE(AcceptsGzip(""));
+}
+
+// A listening socket on 127.0.0.1 with a port of the kernel's choice.
+int ListenOnLoopback(int* port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd, 16) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+    return -1;
+  *port = ntohs(addr.sin_port);
+  return fd;
+}
+
+// One HTTP/1.1 request with Connection: close; the whole response, headers and body.
+std::string Request(int port, const std::string& headers) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return "";
+  const std::string request = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + headers + "\r\n";
+  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) return "";
+  std::string response;
+  char buf[65536];
+  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) response.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return response;
+}
+
+// The scrape body reaches the client whole, as given or gzip'd when asked: the server hands the
+// handler's string to libmicrohttpd and compresses at its own level.
+TEST(HttpServer, ServesTheScrapeBodyWholePlainAndGzipped) {
+  std::string text;
+  for (int i = 0; text.size() < 300000; ++i)
+    text += "mergewatch_request_size_bytes_bucket{device=\"loop" + std::to_string(i % 97) + "\",le=\"" +
+            std::to_string(1 << (i % 17)) + "\"} " + std::to_string(i * 7919 % 100003) + "\n";
+  int port = 0;
+  const int fd = ListenOnLoopback(&port);
+  ASSERT_GE(fd, 0) << strerror(errno);
+  std::string error;
+  std::unique_ptr<HttpServer> server = HttpServer::Start({fd}, HttpOptions{}, [&text] { return text; }, &error);
+  ASSERT_NE(server, nullptr) << error;
+  for (const bool gzip : {false, true, false, true}) {
+    const std::string response = Request(port, gzip ? "Accept-Encoding: gzip\r\n" : "");
+    const size_t end = response.find("\r\n\r\n");
+    ASSERT_NE(end, std::string::npos) << response.substr(0, 200);
+    const std::string head = response.substr(0, end);
+    const std::string body = response.substr(end + 4);
+    EXPECT_EQ(head.rfind("HTTP/1.1 200", 0), 0u) << head;
+    EXPECT_EQ(head.find("Content-Encoding: gzip") != std::string::npos, gzip) << head;
+    if (gzip) {
+      EXPECT_LT(body.size(), text.size() / 4);
+      EXPECT_EQ(Gunzip(body), text);
+    } else {
+      EXPECT_EQ(body.size(), text.size());
+      EXPECT_TRUE(body == text);
+    }
+  }
 }
 
 const char kHash[] = "$2b$10$1zX7PKoFQz4PGZNr7ZZy0uzewTCTteSDg8IukNQ.b7uiSVBdCsUk6";  // "not-a-password-anyone-uses"
