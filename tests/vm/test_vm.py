@@ -15,8 +15,7 @@ import time
 
 import pytest
 
-from conftest import SCENARIO
-from vmtest import DAEMON, find, get
+from vmtest import DAEMON, SCENARIO, find, get
 
 DISK = "nvme0n1"
 

@@ -10,8 +10,7 @@ import re
 
 import pytest
 
-from conftest import SCENARIO
-from vmtest import RunDir, value
+from vmtest import SCENARIO, RunDir, value
 
 STACKING = RunDir(SCENARIO.file("stacking"))
 DISK = "nvme0n1"

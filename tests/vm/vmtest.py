@@ -144,3 +144,7 @@ class RunDir:
             return json.loads(text or missing or "")
         except ValueError:
             pytest.fail(f"{name} is not JSON: {text[:500]!r}{self.diag()}", pytrace=False)
+
+
+# The scenario boot's run directory (conftest.py's scenario_run), read by test_vm.py and test_vm_stacking.py.
+SCENARIO = RunDir(os.path.join(VMDIR, "test-run"))

@@ -27,7 +27,8 @@ mw_progs() { grep -cE 'name (btf|raw)_(rq_issue|rq_complete)( |$)' "$out/bpftool
 
 say "$(systemctl --version | head -n 1), kernel $(uname -r), virtualization $(systemd-detect-virt)"
 
-# No udev in the guest (nor on the host): load the NVMe driver by hand, before the daemon starts.
+# Load the NVMe driver by hand, before the daemon starts: nothing waits for udev's coldplug (udev is on the
+# host, and so in this guest, only since setup.sh installs mdadm).
 modprobe nvme
 for _ in $(seq 1 60); do [ -b /dev/nvme0n1 ] && break; sleep 0.5; done
 check nvme_present test -b /dev/nvme0n1
