@@ -15,9 +15,15 @@ import time
 
 import pytest
 
-from vmtest import DAEMON, SCENARIO, find, get
+from vmtest import DAEMON, SCENARIO, find, get, scenario_boot
 
 DISK = "nvme0n1"
+
+
+@pytest.fixture(scope="module")
+def scenario_run():
+    """This session's scenario boot (vmtest.scenario_boot: one for test_vm.py and test_vm_stacking.py)."""
+    return scenario_boot()
 
 
 def disks():

@@ -1,7 +1,7 @@
 """Stacking decided at run time on Debian's 6.1 kernel: the second part of the scenario boot.
 
 tests/vm/guest-stacking.sh runs at the end of guest-scenario.sh, in the same VM as test_vm.py: one
-boot per pytest session for both files (conftest.py's scenario_run), whichever runs first.
+boot per pytest session for both files (vmtest.scenario_boot), whichever runs first.
 It checks two README claims no host test can: block_bio_queue is attached only while a dm/md device
 is stacked on a disk and the choice is re-made at each rescan (an LV created after the daemon
 started, then removed), and --collapse.require-upper=any takes an md device as the upper one.
@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from vmtest import SCENARIO, RunDir, value
+from vmtest import SCENARIO, RunDir, scenario_boot, value
 
 STACKING = RunDir(SCENARIO.file("stacking"))
 DISK = "nvme0n1"
@@ -18,9 +18,15 @@ read, samples = STACKING.read, STACKING.samples
 
 
 @pytest.fixture(scope="module")
+def scenario_run():
+    """This session's scenario boot (vmtest.scenario_boot: one for test_vm.py and test_vm_stacking.py)."""
+    return scenario_boot()
+
+
+@pytest.fixture(scope="module")
 def res(scenario_run):
-    """The guest's key=value results from this session's scenario boot (the session fixture boots
-    it once for test_vm.py and this file, and starts from an empty run directory)."""
+    """The guest's key=value results from this session's scenario boot (one for test_vm.py and this
+    file, into an emptied run directory)."""
     results = STACKING.results()
     print(results)
     assert "failed" not in results, f"guest-stacking.sh failed: {results['failed']}\n" + \

@@ -148,3 +148,25 @@ class RunDir:
 
 # The scenario boot's run directory (conftest.py's scenario_run), read by test_vm.py and test_vm_stacking.py.
 SCENARIO = RunDir(os.path.join(VMDIR, "test-run"))
+_scenario = None  # (run-vm.sh's stdout, None) or (None, why the boot failed)
+
+
+def scenario_boot():
+    """The scenario boot (run-vm.sh --part-disk --multipath, a few minutes under TCG) with the project's
+    mergewatchd in the guest, once per pytest session: test_vm.py and test_vm_stacking.py read the same
+    run (guest-scenario.sh, then guest-stacking.sh in the same guest), whichever asks first boots it. A
+    failed boot fails the other file's tests too, without a second boot. (A session fixture in a
+    conftest.py would do the same, but a tests/vm/conftest.py shadows tests/integration's, whose test
+    files import from `conftest`, when pytest collects both directories in one run.)"""
+    global _scenario
+    if _scenario is None:
+        try:
+            _scenario = (boot(SCENARIO, "--daemon", DAEMON, "--daemon-args", "--web.listen-address=127.0.0.1:9863",
+                              "--metrics-url", "http://127.0.0.1:9863/metrics", "--part-disk", "--multipath",
+                              timeout=1200), None)
+        except BaseException as e:
+            _scenario = (None, f"{type(e).__name__}: {e}")
+            raise
+    if _scenario[1] is not None:
+        pytest.fail(f"this session's scenario boot failed (the first test that used it shows how):\n{_scenario[1]}")
+    return _scenario[0]
