@@ -100,6 +100,21 @@ scrape() {	# scrape FILE
 	curl -fsS --max-time 10 -o "$1" "$METRICS_URL"
 }
 
+# settle FILE: the case's last scrape, once the detector has raised (a merge_collapse series at 1) or
+# DETECT_WAIT seconds after the read, whichever comes first. A case that must not raise waits the whole
+# time (a wrong raise ends the wait and shows in FILE); one that raises stops waiting at the raise, the
+# only change its scrape can still see (a second raise needs a second upper series, and the tests
+# assert the set of series; a clear takes --collapse.clear-after, 30 s).
+settle() {
+	local end=$(( $(date +%s) + DETECT_WAIT + 1 ))	# + 1: date's whole seconds never shorten the wait
+	while :; do
+		sleep 1
+		scrape "$1"
+		grep -q '^mergewatch_merge_collapse{.*} 1$' "$1" && { log "raised: $(grep '^mergewatch_merge_collapse{.*} 1$' "$1")"; return 0; }
+		[ "$(date +%s)" -lt "$end" ] || return 0
+	done
+}
+
 # Shell builtins only in the per-case helpers: every fork costs ~10 ms under TCG.
 stat_snapshot() {	# every block device: name maj:min <stat fields> (maj:min - for a hidden disk)
 	local d devno st
@@ -433,8 +448,7 @@ run_case() {	# run_case NAME NOMERGES KIND MOUNT SCHEDULER
 	[ -n "$DAEMON" ] && scrape "$p.after.prom"
 	# A direct case only compares counts: nothing for the detector to wait for.
 	if [ "$DETECT_WAIT" != 0 ] && [ "$kind" != direct ]; then
-		sleep "$DETECT_WAIT"
-		scrape "$p.settled.prom"
+		settle "$p.settled.prom"
 	fi
 	diskstats_delta "$p.stat.before" "$p.stat.after" "$name" > "$p.diskstats"
 	awk -v t="$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" \

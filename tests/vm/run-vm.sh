@@ -8,7 +8,8 @@
 #     --daemon PATH        mergewatchd built on the host (run in the guest at the same path)
 #     --daemon-args ARGS   extra daemon arguments, one string, word-split in the guest
 #     --metrics-url URL    daemon /metrics inside the guest (required with --daemon)
-#     --detect-wait SEC    wait after each read before the last scrape (default 12)
+#     --detect-wait SEC    wait after each read before the last scrape (default 12), ended
+#                          early once the detector raised (a merge_collapse series at 1)
 #     --cases "SPEC..."    name:nomerges:seq|rand:snap|origin[:scheduler] ... (default: the
 #                          four issue cases, scheduler none)
 #     --file-mb N          size of each test file in MiB (default 64)

@@ -5,17 +5,15 @@ no BPF program or link, no file of the package and no flags file.
 
 The .deb is `make deb`'s output ($MERGEWATCH_DEB, set by `make test-vm`, which builds it first). One VM boot,
 about 40-60 s of wall time."""
-import json
+import io
 import os
 import subprocess
 import tarfile
-import io
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-OUT = os.path.join(REPO, "build", "vm", "package-run")
+from vmtest import REPO, VMDIR, RunDir, boot
+
 CAP_BPF_PERFMON = "000000c000000000"
 
 
@@ -31,51 +29,28 @@ def deb_path():
     return path
 
 
-def read(name):
-    try:
-        with open(os.path.join(OUT, name), errors="replace") as f:
-            return f.read()
-    except FileNotFoundError:
-        return ""
+def diag(run):
+    return (f"\n---- driver log ({run.path}/guest.log)\n{run.text('guest.log')[-5000:]}"
+            f"\n---- apt-get install\n{run.text('apt-install.log')[-2000:]}"
+            f"\n---- apt-get purge\n{run.text('apt-purge.log')[-2000:]}"
+            f"\n---- mergewatchd journal\n{run.text('journal-mergewatchd.txt')[-2500:]}"
+            f"\n---- tail of guest console\n{run.text('console.log')[-2000:]}")
 
 
-def diag():
-    return (f"\n---- driver log ({OUT}/guest.log)\n{read('guest.log')[-5000:]}"
-            f"\n---- apt-get install\n{read('apt-install.log')[-2000:]}"
-            f"\n---- apt-get purge\n{read('apt-purge.log')[-2000:]}"
-            f"\n---- mergewatchd journal\n{read('journal-mergewatchd.txt')[-2500:]}"
-            f"\n---- tail of guest console\n{read('console.log')[-2000:]}")
-
-
-def expect(cond, what):
-    if not cond:
-        pytest.fail(f"{what}{diag()}", pytrace=False)
+RUN = RunDir(os.path.join(VMDIR, "package-run"), diag)
+# The driver's files are read leniently ("" when missing): each one's absence fails through the result
+# key or check that goes with it, with the diagnostics.
+read, expect = RUN.text, RUN.expect
 
 
 @pytest.fixture(scope="module")
 def res():
-    deb = deb_path()
-    subprocess.run([os.path.join(HERE, "setup.sh")], check=True, timeout=900)
-    subprocess.run(["rm", "-rf", OUT], check=True)
-    r = subprocess.run([os.path.join(HERE, "run-vm.sh"), "--package", deb, "--out", OUT, "--timeout", "600"],
-                       capture_output=True, text=True, timeout=660)
-    print(r.stdout[-3000:])
-    if r.returncode in (2, 124, 125) or not read("results.txt"):
-        pytest.fail(f"package VM run failed ({r.returncode}):\n{r.stdout[-6000:]}\n{r.stderr[-3000:]}{diag()}",
-                    pytrace=False)
-    out = {}
-    for line in read("results.txt").splitlines():
-        k, _, v = line.partition("=")
-        out[k] = v
-    return out
+    boot(RUN, "--package", deb_path(), timeout=600, driver=True)
+    return RUN.results()
 
 
 def bpf(name):
-    text = read(name)
-    try:
-        return json.loads(text or "[]")
-    except ValueError:
-        pytest.fail(f"{name} is not JSON: {text[:400]!r}{diag()}", pytrace=False)
+    return RUN.json(name, missing="[]")
 
 
 def test_the_package_ships_the_generated_rules_and_dashboard():

@@ -15,12 +15,9 @@ import re
 import subprocess
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-DAEMON = os.environ.get("MERGEWATCHD", os.path.join(REPO, "build/mergewatchd"))
-OUT = os.path.join(REPO, "build/vm/systemd-run")
+from vmtest import DAEMON, REPO, VMDIR, RunDir, boot, find, parse
+
 UNIT = "mergewatchd.service"
 LISTEN = "127.0.0.1:9863"
 # Through /etc/default/mergewatchd: the listen address proves the flags reach the daemon, debug
@@ -31,44 +28,22 @@ PRIORITY = {"debug": "7", "info": "6", "warn": "4", "error": "3"}
 DISK = "nvme0n1"
 
 
-def read(name):
-    try:
-        with open(os.path.join(OUT, name), errors="replace") as f:
-            return f.read()
-    except FileNotFoundError:
-        return ""
-
-
-def tail(name, n, drop=None):
-    lines = read(name).replace("\r", "").splitlines()
-    if drop:
-        lines = [line for line in lines if drop not in line]
-    return "\n".join(lines[-n:])
-
-
-def diag():
+def diag(run):
     """Context for any failure: the driver's log, the guest journal, the guest console."""
-    return (f"\n---- driver log ({OUT}/guest.log)\n{tail('guest.log', 70)}"
-            f"\n---- guest journal, debug lines left out ({OUT}/journal-boot.txt)\n"
-            f"{tail('journal-boot.txt', 50, drop='level=debug')}"
-            f"\n---- tail of guest console ({OUT}/console.log)\n{tail('console.log', 30)}")
+    return (f"\n---- driver log ({run.path}/guest.log)\n{run.tail('guest.log', 70)}"
+            f"\n---- guest journal, debug lines left out ({run.path}/journal-boot.txt)\n"
+            f"{run.tail('journal-boot.txt', 50, drop='level=debug')}"
+            f"\n---- tail of guest console ({run.path}/console.log)\n{run.tail('console.log', 30)}")
 
 
-def expect(cond, what):
-    if not cond:
-        pytest.fail(f"{what}{diag()}", pytrace=False)
+RUN = RunDir(os.path.join(VMDIR, "systemd-run"), diag)
+# The driver's files are read leniently ("" when missing, no samples in a missing scrape): each one's
+# absence fails through the result key or check that goes with it, with the diagnostics.
+read, expect = RUN.text, RUN.expect
 
 
 def samples(name):
-    out = {}
-    for family in text_string_to_metric_families(read(name)):
-        for s in family.samples:
-            out[(s.name, frozenset(s.labels.items()))] = s.value
-    return out
-
-
-def find(s, name, **labels):
-    return {k[1]: v for k, v in s.items() if k[0] == name and set(labels.items()) <= set(k[1])}
+    return parse(read(name))
 
 
 def attached(name):
@@ -82,11 +57,7 @@ def show(name):
 
 
 def bpf(kind, tag):
-    text = read(f"bpftool-{kind}-{tag}.json")
-    try:
-        return json.loads(text)
-    except ValueError:
-        pytest.fail(f"bpftool-{kind}-{tag}.json is not JSON: {text[:500]!r}{diag()}", pytrace=False)
+    return RUN.json(f"bpftool-{kind}-{tag}.json")
 
 
 def journal():
@@ -102,22 +73,10 @@ def journal():
 
 @pytest.fixture(scope="module")
 def res():
-    subprocess.run([os.path.join(HERE, "setup.sh")], check=True, timeout=900)
-    subprocess.run(["rm", "-rf", OUT], check=True)
-    r = subprocess.run([os.path.join(HERE, "run-vm.sh"), "--systemd", "--out", OUT, "--daemon", DAEMON,
-                        "--daemon-args", DAEMON_ARGS, "--timeout", "240"],
-                       capture_output=True, text=True, timeout=300)
-    print(r.stdout[-3000:])
-    # 2/124/125: bad arguments, qemu timed out, or the guest never got to the driver. Any other
-    # status is the number of driver-side checks that failed: the tests below say which.
-    if r.returncode in (2, 124, 125) or not read("results.txt"):
-        pytest.fail(f"systemd VM run failed ({r.returncode}):\n{r.stdout[-6000:]}\n{r.stderr[-3000:]}{diag()}",
-                    pytrace=False)
-    out = {}
-    for line in read("results.txt").splitlines():
-        k, _, v = line.partition("=")
-        out[k] = v
-    return out
+    # Any status but run-vm.sh's own failures is the number of driver-side checks that failed: the
+    # tests below say which.
+    boot(RUN, "--systemd", "--daemon", DAEMON, "--daemon-args", DAEMON_ARGS, timeout=240, driver=True)
+    return RUN.results()
 
 
 def daemon_progs(tag, uid):
@@ -142,7 +101,7 @@ def test_installed_by_make_install_and_enabled(res):
         want = f.read().replace("@SBINDIR@", "/usr/local/sbin").replace("@DOCDIR@", "/usr/local/share/doc/mergewatch")
     got = read("rootfs/usr/local/lib/systemd/system/mergewatchd.service")
     assert got == want, "installed unit is not the template with @SBINDIR@=/usr/local/sbin"
-    assert filecmp.cmp(os.path.join(OUT, "rootfs/usr/local/sbin/mergewatchd"), DAEMON, shallow=False)
+    assert filecmp.cmp(RUN.file("rootfs/usr/local/sbin/mergewatchd"), DAEMON, shallow=False)
     with open(os.path.join(REPO, "deploy/default/mergewatchd")) as f:
         default = f.read()
     assert read("rootfs/etc/default/mergewatchd") == f"{default}MERGEWATCHD_ARGS={DAEMON_ARGS}\n"
@@ -336,7 +295,7 @@ def test_non_utf8_dm_name_scrape_passes_promtool(res):
     name as latin\\xff, and `promtool check metrics` accepts it (before: 'invalid label value')."""
     expect(res.get("odd_dm_create_rc") == "0" and res.get("odd_dm_device", "").startswith("dm-"),
            f"dmsetup create rc {res.get('odd_dm_create_rc')}, device {res.get('odd_dm_device')!r}")
-    with open(os.path.join(OUT, "metrics-odd-dm.prom"), "rb") as f:
+    with open(RUN.file("metrics-odd-dm.prom"), "rb") as f:
         body = f.read()
     try:
         body.decode("utf-8")

@@ -14,49 +14,31 @@ import subprocess
 import time
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-DAEMON = os.environ.get("MERGEWATCHD", os.path.join(REPO, "build/mergewatchd"))
-OUT = os.path.join(REPO, "build/vm/test-run")
+from vmtest import DAEMON, SCENARIO, find, get, scenario_boot
+
 DISK = "nvme0n1"
 
 
-def samples(path):
-    with open(path) as f:
-        text = f.read()
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(s.name, frozenset(s.labels.items()))] = s.value
-    return out
-
-
-def get(s, name, **labels):
-    return s.get((name, frozenset(labels.items())), 0.0)
-
-
-def find(s, name, **labels):
-    """Samples of `name` whose labels include `labels`: {frozenset(labels): value}."""
-    return {k[1]: v for k, v in s.items() if k[0] == name and set(labels.items()) <= set(k[1])}
+@pytest.fixture(scope="module")
+def scenario_run():
+    """This session's scenario boot (vmtest.scenario_boot: one for test_vm.py and test_vm_stacking.py)."""
+    return scenario_boot()
 
 
 def disks():
     """What the guest found: disk, part_disk, mp_head, mp_paths (comma list), sd_disk."""
-    with open(os.path.join(OUT, "disks.txt")) as f:
-        return dict(w.split("=", 1) for w in f.read().split())
+    return dict(w.split("=", 1) for w in SCENARIO.read("disks.txt").split())
 
 
 class Case:
     def __init__(self, name):
-        p = os.path.join(OUT, f"case-{name}")
-        self.path = p
-        self.before, self.after = (samples(f"{p}.{x}.prom") for x in ("before", "after"))
+        p = f"case-{name}"
+        self.path = SCENARIO.file(p)
+        self.before, self.after = (SCENARIO.samples(f"{p}.{x}.prom") for x in ("before", "after"))
         # A case with nothing to detect (kind direct) has no settled scrape: after is the last.
-        self.settled = samples(f"{p}.settled.prom") if os.path.exists(f"{p}.settled.prom") else self.after
-        with open(f"{p}.daemon.log") as f:
-            self.log = f.read()
+        self.settled = SCENARIO.samples(f"{p}.settled.prom") if SCENARIO.exists(f"{p}.settled.prom") else self.after
+        self.log = SCENARIO.read(f"{p}.daemon.log")
 
     def delta(self, name, **labels):
         return get(self.after, name, **labels) - get(self.before, name, **labels)
@@ -86,25 +68,10 @@ class Case:
         return count, small, total
 
 
-@pytest.fixture(scope="module")
-def vm_run():
-    subprocess.run([os.path.join(HERE, "setup.sh")], check=True, timeout=900)
-    subprocess.run(["rm", "-rf", OUT], check=True)
-    r = subprocess.run([os.path.join(HERE, "run-vm.sh"), "--out", OUT, "--daemon", DAEMON,
-                        "--daemon-args", "--web.listen-address=127.0.0.1:9863",
-                        "--metrics-url", "http://127.0.0.1:9863/metrics",
-                        "--part-disk", "--multipath", "--timeout", "1200"],
-                       capture_output=True, text=True, timeout=1260)
-    print(r.stdout[-6000:])
-    if r.returncode != 0:
-        pytest.fail(f"VM run failed ({r.returncode}):\n{r.stdout[-8000:]}\n{r.stderr[-4000:]}")
-    return r.stdout
-
-
-def test_same_bpf_object_loads_on_both_kernels(vm_run):
+def test_same_bpf_object_loads_on_both_kernels(scenario_run):
     # The guest daemon's first scrape, parsed: the issue and completion programs attached (1),
     # each in one mode, the same for both.
-    ready = samples(os.path.join(OUT, "daemon.ready.prom"))
+    ready = SCENARIO.samples("daemon.ready.prom")
     attached = {dict(k)["tracepoint"]: (dict(k)["mode"], v) for k, v in find(ready, "mergewatch_bpf_program_attached").items()}
     for tracepoint in ("block_rq_issue", "block_rq_complete"):
         assert attached.get(tracepoint, (None, 0))[1] == 1.0, attached
@@ -139,7 +106,7 @@ def test_same_bpf_object_loads_on_both_kernels(vm_run):
     assert "tp_btf" in attached_line or "raw_tp" in attached_line, attached_line
 
 
-def test_nomerges_2_snapshot_read_raises_collapse_naming_the_snapshot(vm_run):
+def test_nomerges_2_snapshot_read_raises_collapse_naming_the_snapshot(scenario_run):
     c = Case("snap-nm2")
     snapshot = c.dm_device("vg0-snap")
     assert c.collapse() == {snapshot: 1.0}, c.collapse()
@@ -163,7 +130,7 @@ def test_nomerges_2_snapshot_read_raises_collapse_naming_the_snapshot(vm_run):
     assert f"nomerges=2 on {DISK}" in c.log and f"echo 0 > /sys/block/{DISK}/queue/nomerges" in c.log
 
 
-def test_nomerges_0_snapshot_read_merges_and_never_raises(vm_run):
+def test_nomerges_0_snapshot_read_merges_and_never_raises(scenario_run):
     c = Case("snap-nm0")
     assert set(c.collapse().values()) == {0.0}, c.collapse()
     count, small, total = c.read_sizes()
@@ -172,7 +139,7 @@ def test_nomerges_0_snapshot_read_merges_and_never_raises(vm_run):
     assert "merge collapse on" not in c.log
 
 
-def test_random_4k_reads_on_the_snapshot_never_raise(vm_run):
+def test_random_4k_reads_on_the_snapshot_never_raise(scenario_run):
     c = Case("snap-rand-nm2")
     assert set(c.collapse().values()) == {0.0}, c.collapse()
     count, small, total = c.read_sizes()
@@ -180,7 +147,7 @@ def test_random_4k_reads_on_the_snapshot_never_raise(vm_run):
     assert "merge collapse on" not in c.log
 
 
-def test_origin_read_is_recorded(vm_run):
+def test_origin_read_is_recorded(scenario_run):
     """Reading the origin LV: a linear layer passes the reader's large bios through, so
     the disk sees large requests and there is nothing to detect (README: VM test)."""
     c = Case("origin-nm2")
@@ -195,7 +162,7 @@ def test_origin_read_is_recorded(vm_run):
 
 
 @pytest.mark.parametrize("kib", [8, 16])
-def test_snapshot_chunks_of_8_and_16_kib_with_nomerges_2_raise_naming_the_snapshot(vm_run, kib):
+def test_snapshot_chunks_of_8_and_16_kib_with_nomerges_2_raise_naming_the_snapshot(scenario_run, kib):
     """Issue 12 item 9: the snapshot sends its bios down as kib-sized requests, one by one;
     the detector pages as for 4 KiB chunks. The VG sits on a partition (nvme?n1p1), so this
     also shows LVM on an NVMe partition raising."""
@@ -217,7 +184,7 @@ def test_snapshot_chunks_of_8_and_16_kib_with_nomerges_2_raise_naming_the_snapsh
     assert f"echo 0 > /sys/block/{disk}/queue/nomerges" in c.log
 
 
-def test_snapshot_chunks_of_8_and_16_kib_with_nomerges_0_never_raise(vm_run):
+def test_snapshot_chunks_of_8_and_16_kib_with_nomerges_0_never_raise(scenario_run):
     """One case reads the same 32 MiB file through both snapshots, merging on."""
     c = Case("snap8-16-nm0")
     disk = disks()["part_disk"]
@@ -232,7 +199,7 @@ def test_snapshot_chunks_of_8_and_16_kib_with_nomerges_0_never_raise(vm_run):
     assert "merge collapse on" not in c.log
 
 
-def test_lvm_on_a_native_multipath_namespace_raises_and_counts_the_paths(vm_run):
+def test_lvm_on_a_native_multipath_namespace_raises_and_counts_the_paths(scenario_run):
     """Two controllers share namespace 1: LVM sits on the head, requests run on the hidden
     path disks. The head's series counts them: exactly the paths' /sys/block stat summed (the
     head's own stat stays 0 on 6.1)."""
@@ -254,7 +221,7 @@ def test_lvm_on_a_native_multipath_namespace_raises_and_counts_the_paths(vm_run)
     assert f"nomerges=2 on {','.join(sorted(paths))}" in c.log, c.log[-3000:]
 
 
-def test_requeued_requests_are_counted_once(vm_run):
+def test_requeued_requests_are_counted_once(scenario_run):
     """scsi_debug answers every 7th command "host busy": the block layer requeues the request
     (block_rq_requeue) and issues it again. The daemon's request count must still equal the
     disk's stat."""

@@ -1,71 +1,36 @@
 """Stacking decided at run time on Debian's 6.1 kernel: the second part of the scenario boot.
 
-tests/vm/guest-stacking.sh runs at the end of guest-scenario.sh, in the same VM as test_vm.py (no
-boot of its own when test_vm.py ran first in this pytest session; alone, this file boots it once).
+tests/vm/guest-stacking.sh runs at the end of guest-scenario.sh, in the same VM as test_vm.py: one
+boot per pytest session for both files (vmtest.scenario_boot), whichever runs first.
 It checks two README claims no host test can: block_bio_queue is attached only while a dm/md device
 is stacked on a disk and the choice is re-made at each rescan (an LV created after the daemon
 started, then removed), and --collapse.require-upper=any takes an md device as the upper one.
 """
-import os
 import re
-import subprocess
-import time
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-DAEMON = os.environ.get("MERGEWATCHD", os.path.join(REPO, "build/mergewatchd"))
-RUN = os.path.join(REPO, "build/vm/test-run")   # test_vm.py's run directory
-OUT = os.path.join(RUN, "stacking")
+from vmtest import SCENARIO, RunDir, scenario_boot, value
+
+STACKING = RunDir(SCENARIO.file("stacking"))
 DISK = "nvme0n1"
-COLLECTED_AT = time.time()  # test modules are imported before any test runs
-
-
-def read(name):
-    with open(os.path.join(OUT, name)) as f:
-        return f.read()
-
-
-def samples(name):
-    out = {}
-    for family in text_string_to_metric_families(read(name)):
-        for s in family.samples:
-            out[(s.name, frozenset(s.labels.items()))] = s.value
-    return out
-
-
-def value(s, name, **labels):
-    key = (name, frozenset(labels.items()))
-    if key not in s:
-        present = [dict(k[1]) for k in s if k[0] == name]
-        raise AssertionError(f"no series {name}{labels}; present: {present}")
-    return s[key]
-
-
-def fresh():
-    path = os.path.join(OUT, "results.txt")
-    return os.path.exists(path) and os.path.getmtime(path) > COLLECTED_AT
+read, samples = STACKING.read, STACKING.samples
 
 
 @pytest.fixture(scope="module")
-def res():
-    """The guest's key=value results, from this session's scenario boot (test_vm.py's, or one of ours)."""
-    if not fresh():
-        subprocess.run([os.path.join(HERE, "setup.sh")], check=True, timeout=900)
-        subprocess.run(["rm", "-rf", RUN], check=True)
-        r = subprocess.run([os.path.join(HERE, "run-vm.sh"), "--out", RUN, "--daemon", DAEMON,
-                            "--daemon-args", "--web.listen-address=127.0.0.1:9863",
-                            "--metrics-url", "http://127.0.0.1:9863/metrics"],
-                           capture_output=True, text=True, timeout=330)
-        print(r.stdout[-3000:])
-    assert fresh(), f"no stacking results from this session's VM run in {OUT}"
-    results = dict(line.split("=", 1) for line in read("results.txt").splitlines() if "=" in line)
+def scenario_run():
+    """This session's scenario boot (vmtest.scenario_boot: one for test_vm.py and test_vm_stacking.py)."""
+    return scenario_boot()
+
+
+@pytest.fixture(scope="module")
+def res(scenario_run):
+    """The guest's key=value results from this session's scenario boot (one for test_vm.py and this
+    file, into an emptied run directory)."""
+    results = STACKING.results()
     print(results)
     assert "failed" not in results, f"guest-stacking.sh failed: {results['failed']}\n" + \
-        "\n".join(l for l in open(os.path.join(RUN, "guest.log"), errors="replace").read().splitlines()
-                  if "stacking" in l)[-3000:]
+        "\n".join(l for l in SCENARIO.text("guest.log").splitlines() if "stacking" in l)[-3000:]
     assert results.get("done") == "1", results
     return results
 

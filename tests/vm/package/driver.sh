@@ -11,33 +11,13 @@
 # journal-mergewatchd.txt, journal-boot.txt, exit-status (the number of failed driver checks). Then it
 # powers the VM off.
 set -u
-out=${MW_OUT:-/vmout}
-unit=mergewatchd.service
-url=http://127.0.0.1:9863/metrics
-exec > >(tee -a "$out/guest.log") 2>&1
+tag=mw-package
+# shellcheck source=tests/vm/driver-lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../driver-lib.sh"
 # shellcheck source=/dev/null
 . "$out/guest.env"
 
-fails=0
-up() { cut -d' ' -f1 /proc/uptime; }
-say() { echo "mw-package [$(up)s]: $*"; }
-res() { echo "$1=$2" >> "$out/results.txt"; echo "RESULT $1=$2"; }
-check() {  # check NAME COMMAND...: records NAME_ok=1|0
-	if "${@:2}"; then res "$1_ok" 1; else res "$1_ok" 0; fails=$((fails + 1)); say "CHECK FAILED: $1"; fi
-}
-prop() { systemctl show -p "$1" --value "$unit"; }
-finish() {
-	say "done with $fails failed check(s)"
-	journalctl -b -o short-monotonic --no-pager > "$out/journal-boot.txt" 2>&1
-	echo "$fails" > "$out/exit-status"
-	sync
-	systemctl poweroff -ff
-}
-trap finish EXIT
-
 say "$(systemctl --version | head -n 1), kernel $(uname -r), package $MW_PACKAGE"
-res kernel "$(uname -r)"
-res virtualization "$(systemd-detect-virt)"
 # The guest's root is the host's (a container image), whose policy-rc.d forbids starting services from
 # maintainer scripts ("exit 101"). A real host has none: remove it from the guest's overlay.
 [ -e /usr/sbin/policy-rc.d ] && rm -f /usr/sbin/policy-rc.d && say "removed the container image's /usr/sbin/policy-rc.d"
@@ -72,7 +52,7 @@ say "apt-get install ./$(basename "$MW_PACKAGE")"
 DEBIAN_FRONTEND=noninteractive timeout 240 apt-get install -y --no-install-recommends "${apt_opts[@]}" \
 	"./$(basename "$MW_PACKAGE")" > "$out/apt-install.log" 2>&1; rc=$?
 res install_rc "$rc"
-res install_seconds "$(awk -v a="$t0" -v b="$(up)" 'BEGIN { printf "%.1f", b - a }')"
+res install_seconds "$(since "$t0")"
 cd / || exit 1
 check install test "$rc" = 0
 res package_status "$(dpkg-query -W -f='${Status} ${Version}' mergewatch 2>&1)"
@@ -95,8 +75,7 @@ check service_active test "$(systemctl is-active "$unit")" = active -a "$(prop T
 curl -sS --max-time 10 "$url" > "$out/metrics-installed.prom" 2>> "$out/guest.log"; rc=$?
 res metrics_rc "$rc"
 check metrics test "$rc" = 0 -a -s "$out/metrics-installed.prom"
-bpftool -j prog show > "$out/bpftool-prog-installed.json" 2>> "$out/guest.log"
-bpftool -j link show > "$out/bpftool-link-installed.json" 2>> "$out/guest.log"
+bpf_snapshot installed
 res uid "$(awk '/^Uid:/ { print $2 }' "/proc/$(prop MainPID)/status" 2>/dev/null)"
 main_pid=$(prop MainPID)
 
@@ -106,7 +85,7 @@ say "apt-get purge mergewatch"
 DEBIAN_FRONTEND=noninteractive timeout 240 apt-get purge -y "${apt_opts[@]}" mergewatch \
 	> "$out/apt-purge.log" 2>&1; rc=$?
 res purge_rc "$rc"
-res purge_seconds "$(awk -v a="$t0" -v b="$(up)" 'BEGIN { printf "%.1f", b - a }')"
+res purge_seconds "$(since "$t0")"
 check purge test "$rc" = 0
 journalctl --sync 2>/dev/null
 journalctl -u "$unit" -o short-monotonic --no-pager > "$out/journal-mergewatchd.txt" 2>&1
@@ -117,8 +96,7 @@ res unit_files_after "$(systemctl list-unit-files --no-legend "$unit" 2>/dev/nul
 res main_pid_alive_after "$( [ -n "$main_pid" ] && [ "$main_pid" != 0 ] && kill -0 "$main_pid" 2>/dev/null && echo yes || echo no)"
 res processes_after "$(pgrep -x mergewatchd | tr '\n' ' ')"
 say "looking for what the purge left"
-bpftool -j prog show > "$out/bpftool-prog-purged.json" 2>> "$out/guest.log"
-bpftool -j link show > "$out/bpftool-link-purged.json" 2>> "$out/guest.log"
+bpf_snapshot purged
 # Every path the package had, and anything named after it in the places a package or systemd writes.
 {
 	while read -r f; do

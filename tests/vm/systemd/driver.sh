@@ -15,46 +15,20 @@
 #   exit-status              0 when every driver-side check passed, else the number that failed
 # Then it powers the VM off. The driver-side checks are a summary: the pytest re-reads the files.
 set -u
-out=${MW_OUT:-/vmout}
-unit=mergewatchd.service
-url=http://127.0.0.1:9863/metrics
-exec > >(tee -a "$out/guest.log") 2>&1
-
-fails=0
-up() { cut -d' ' -f1 /proc/uptime; }
-say() { echo "mw-driver [$(up)s]: $*"; }
-res() { echo "$1=$2" >> "$out/results.txt"; echo "RESULT $1=$2"; }
-check() {  # check NAME COMMAND...: records NAME_ok=1|0
-	if "${@:2}"; then res "$1_ok" 1; else res "$1_ok" 0; fails=$((fails + 1)); say "CHECK FAILED: $1"; fi
-}
-prop() { systemctl show -p "$1" --value "$unit"; }
+tag=mw-driver
+# shellcheck source=tests/vm/driver-lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../driver-lib.sh"
 # No retry on purpose: right after `systemctl start` returns, /metrics must already answer.
 scrape() { curl -sS --max-time 10 "$url" > "$out/$1" 2>> "$out/guest.log"; }
 # attached TP FILE: the value of mergewatch_bpf_program_attached for tracepoint TP in FILE.
 attached() { awk -v tp="tracepoint=\"$1\"" 'index($0, "mergewatch_bpf_program_attached{") == 1 && index($0, tp) { print $NF }' "$out/$2"; }
-# Monotonic seconds (the guest never suspends, so /proc/uptime is CLOCK_MONOTONIC here).
-since() { awk -v a="$1" -v b="$(up)" 'BEGIN { printf "%.1f", b - a }'; }
-bpf_snapshot() {  # bpf_snapshot TAG: programs and links, JSON for the pytest, text for people
-	bpftool -j prog show > "$out/bpftool-prog-$1.json" 2>> "$out/guest.log"
-	bpftool -j link show > "$out/bpftool-link-$1.json" 2>> "$out/guest.log"
-	{ bpftool prog show; echo; bpftool link show; } > "$out/bpftool-$1.txt" 2>&1
-}
 # count of programs whose name is one of mergewatch's block tracepoint handlers
 mw_progs() { grep -cE 'name (btf|raw)_(rq_issue|rq_complete)( |$)' "$out/bpftool-$1.txt"; }
-finish() {
-	say "done with $fails failed check(s)"
-	journalctl -b -o short-monotonic --no-pager > "$out/journal-boot.txt" 2>&1
-	echo "$fails" > "$out/exit-status"
-	sync
-	systemctl poweroff -ff
-}
-trap finish EXIT
 
 say "$(systemctl --version | head -n 1), kernel $(uname -r), virtualization $(systemd-detect-virt)"
-res kernel "$(uname -r)"
-res virtualization "$(systemd-detect-virt)"
 
-# No udev in the guest (nor on the host): load the NVMe driver by hand, before the daemon starts.
+# Load the NVMe driver by hand, before the daemon starts: nothing waits for udev's coldplug (udev is on the
+# host, and so in this guest, only since setup.sh installs mdadm).
 modprobe nvme
 for _ in $(seq 1 60); do [ -b /dev/nvme0n1 ] && break; sleep 0.5; done
 check nvme_present test -b /dev/nvme0n1

@@ -1,0 +1,172 @@
+"""The VM tests' shared harness: one boot helper, one run-directory reader, one results parser, one
+Prometheus text parser (tests/vm/README.md, "Test harness").
+
+Every test module boots the guest the same way (setup.sh, then run-vm.sh into a fresh run directory)
+and re-reads what the guest left in that directory: `key=value` lines in results.txt, /metrics scrapes,
+logs. The parsers here are strict: value() raises on a missing series, read() on a missing file.
+"""
+import json
+import os
+import subprocess
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+DAEMON = os.environ.get("MERGEWATCHD", os.path.join(REPO, "build/mergewatchd"))
+VMDIR = os.path.join(REPO, "build", "vm")
+# run-vm.sh's own statuses (bad arguments or setup missing, qemu timed out, no status written by the guest);
+# any other status of a driver run (systemd and package modes) is the number of its own checks that failed.
+RUN_VM_FAILURES = (2, 124, 125)
+
+_setup_done = False
+
+
+def setup():
+    """tests/vm/setup.sh, once per pytest session (it is idempotent; 1-5 s each time it runs)."""
+    global _setup_done
+    if not _setup_done:
+        subprocess.run([os.path.join(HERE, "setup.sh")], check=True, timeout=900)
+        _setup_done = True
+
+
+def boot(run, *args, timeout, driver=False):
+    """Boots the guest once: `run-vm.sh --out RUN.path ARGS --timeout TIMEOUT` in a fresh run directory.
+
+    A scenario run (driver=False) fails the calling fixture on any non-zero status: the scenario's own
+    status. A driver run (systemd or package mode, driver=True) fails it only when run-vm.sh or the
+    guest failed (RUN_VM_FAILURES) or no results.txt came back; the driver's own checks are left to
+    the tests, which say which one failed. Returns run-vm.sh's stdout."""
+    setup()
+    subprocess.run(["rm", "-rf", run.path], check=True)
+    r = subprocess.run([os.path.join(HERE, "run-vm.sh"), "--out", run.path, *args, "--timeout", str(timeout)],
+                       capture_output=True, text=True, timeout=timeout + 60)
+    print(r.stdout[-6000:])
+    if driver:
+        if r.returncode in RUN_VM_FAILURES or not run.text("results.txt"):
+            pytest.fail(f"VM run in {run.path} failed ({r.returncode}):\n{r.stdout[-6000:]}\n{r.stderr[-3000:]}"
+                        f"{run.diag()}", pytrace=False)
+    elif r.returncode != 0:
+        pytest.fail(f"VM run in {run.path} failed ({r.returncode}):\n{r.stdout[-8000:]}\n{r.stderr[-4000:]}")
+    return r.stdout
+
+
+def results(text):
+    """The guest's `key=value` lines (results.txt): {key: value}; a later line wins, a line without `=` is
+    not a result (none of the guest scripts writes one)."""
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def parse(text):
+    """Prometheus text: {(name, frozenset(labels.items())): value} for every sample."""
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def value(s, name, **labels):
+    """The value of one series; a missing one is an error naming what is there (a renamed metric or label
+    must fail, not read as 0)."""
+    key = (name, frozenset(labels.items()))
+    if key not in s:
+        present = [dict(k[1]) for k in s if k[0] == name]
+        raise AssertionError(f"no series {name}{labels}; present: {present}")
+    return s[key]
+
+
+def get(s, name, **labels):
+    """The value of one series, 0 where it does not exist: for counters of a per-case daemon, whose
+    per-op series appear with their first event (test_vm.py's deltas)."""
+    return s.get((name, frozenset(labels.items())), 0.0)
+
+
+def find(s, name, **labels):
+    """Samples of `name` whose labels include `labels`: {frozenset(labels): value}."""
+    return {k[1]: v for k, v in s.items() if k[0] == name and set(labels.items()) <= set(k[1])}
+
+
+class RunDir:
+    """A run directory on the host (what run-vm.sh --out names) and the guest's files in it.
+
+    diag, if given, is a function of this RunDir returning context for a failure (driver log, journal,
+    console tail); expect() and json() append it."""
+
+    def __init__(self, path, diag=None):
+        self.path = path
+        self._diag = diag
+
+    def file(self, name):
+        return os.path.join(self.path, name)
+
+    def exists(self, name):
+        return os.path.exists(self.file(name))
+
+    def read(self, name):
+        """The file's text; a missing file is an error."""
+        with open(self.file(name), errors="replace") as f:
+            return f.read()
+
+    def text(self, name):
+        """The file's text, "" where it does not exist (for diagnostics, and for driver files whose
+        absence the tests check through the driver's own result keys)."""
+        try:
+            return self.read(name)
+        except FileNotFoundError:
+            return ""
+
+    def tail(self, name, n, drop=None):
+        lines = self.text(name).replace("\r", "").splitlines()
+        if drop:
+            lines = [line for line in lines if drop not in line]
+        return "\n".join(lines[-n:])
+
+    def diag(self):
+        return self._diag(self) if self._diag else ""
+
+    def expect(self, cond, what):
+        if not cond:
+            pytest.fail(f"{what}{self.diag()}", pytrace=False)
+
+    def results(self, name="results.txt"):
+        return results(self.read(name))
+
+    def samples(self, name):
+        return parse(self.read(name))
+
+    def json(self, name, missing=None):
+        """A JSON file the driver wrote (bpftool -j). An absent or empty file fails, unless `missing` is
+        the JSON text to take instead."""
+        text = self.text(name)
+        try:
+            return json.loads(text or missing or "")
+        except ValueError:
+            pytest.fail(f"{name} is not JSON: {text[:500]!r}{self.diag()}", pytrace=False)
+
+
+# The scenario boot's run directory (conftest.py's scenario_run), read by test_vm.py and test_vm_stacking.py.
+SCENARIO = RunDir(os.path.join(VMDIR, "test-run"))
+_scenario = None  # (run-vm.sh's stdout, None) or (None, why the boot failed)
+
+
+def scenario_boot():
+    """The scenario boot (run-vm.sh --part-disk --multipath, a few minutes under TCG) with the project's
+    mergewatchd in the guest, once per pytest session: test_vm.py and test_vm_stacking.py read the same
+    run (guest-scenario.sh, then guest-stacking.sh in the same guest), whichever asks first boots it. A
+    failed boot fails the other file's tests too, without a second boot. (A session fixture in a
+    conftest.py would do the same, but a tests/vm/conftest.py shadows tests/integration's, whose test
+    files import from `conftest`, when pytest collects both directories in one run.)"""
+    global _scenario
+    if _scenario is None:
+        try:
+            _scenario = (boot(SCENARIO, "--daemon", DAEMON, "--daemon-args", "--web.listen-address=127.0.0.1:9863",
+                              "--metrics-url", "http://127.0.0.1:9863/metrics", "--part-disk", "--multipath",
+                              timeout=1200), None)
+        except BaseException as e:
+            _scenario = (None, f"{type(e).__name__}: {e}")
+            raise
+    if _scenario[1] is not None:
+        pytest.fail(f"this session's scenario boot failed (the first test that used it shows how):\n{_scenario[1]}")
+    return _scenario[0]
