@@ -14,6 +14,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 SEC("tp_btf/block_rq_insert") int BPF_PROG(floor_rq_insert) { return 0; }
 SEC("tp_btf/block_rq_issue") int BPF_PROG(floor_rq_issue) { return 0; }
+SEC("tp_btf/block_rq_requeue") int BPF_PROG(floor_rq_requeue) { return 0; }
 SEC("tp_btf/block_rq_complete") int BPF_PROG(floor_rq_complete) { return 0; }
 SEC("tp_btf/block_bio_backmerge") int BPF_PROG(floor_bio_backmerge) { return 0; }
 SEC("tp_btf/block_bio_frontmerge") int BPF_PROG(floor_bio_frontmerge) { return 0; }
