@@ -28,7 +28,10 @@ class DeviceNamer {
 // Thread-safe.
 class SysfsDeviceNamer final : public DeviceNamer {
  public:
-  explicit SysfsDeviceNamer(std::string sysfs_root) : sysfs_root_(std::move(sysfs_root)) {}
+  explicit SysfsDeviceNamer(std::string sysfs_root);
+  ~SysfsDeviceNamer() override;
+  SysfsDeviceNamer(const SysfsDeviceNamer&) = delete;
+  SysfsDeviceNamer& operator=(const SysfsDeviceNamer&) = delete;
   std::optional<std::string> NameOf(uint32_t major, uint32_t minor, uint64_t diskseq = 0) override;
 
  private:
@@ -36,9 +39,15 @@ class SysfsDeviceNamer final : public DeviceNamer {
     std::string link_target;  // for a hidden path disk: its name under block/
     std::string name;
     uint64_t hidden_diskseq = 0;  // non-zero: a hidden path disk's entry
+    // Non-zero: the diskseq the name was resolved under. A disk keeps its kernel name for
+    // its life and a diskseq is never reused, so while dev/block/M:m/diskseq reads this
+    // value the name needs no readlink.
+    uint64_t diskseq = 0;
   };
+  uint64_t DiskseqOf(const std::string& rel);
   std::optional<std::string> HiddenPathHead(std::pair<uint32_t, uint32_t> key, uint64_t diskseq);
   std::string sysfs_root_;
+  int root_fd_ = -1;  // O_PATH descriptor of sysfs_root_ for openat2; -1: not usable, the portable walk
   std::mutex mutex_;
   std::map<std::pair<uint32_t, uint32_t>, Entry> cache_;
 };

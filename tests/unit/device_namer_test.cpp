@@ -79,6 +79,28 @@ TEST_F(ReusedNumber, NewDeviceOnAnOldNumberGetsItsNewName) {
   EXPECT_EQ(namer.NameOf(259, 3), "nvme1n1");     // reused number, new name
 }
 
+// With a diskseq the name comes from the cache while the number's diskseq file still reads the
+// one it was resolved for (no readlink); any other diskseq, or none, resolves again.
+TEST_F(ReusedNumber, CachedNameOnlyForTheDiskseqItWasResolvedFor) {
+  SysfsDeviceNamer namer(root_.string());
+  const fs::path diskseq = root_ / "devices/virtual/block/loop0/diskseq";
+  Attach("loop0", "7:0");
+  std::ofstream(diskseq) << "5\n";
+  EXPECT_EQ(namer.NameOf(7, 0, 5), "loop0");
+  EXPECT_EQ(namer.NameOf(7, 0, 5), "loop0");      // from the cache
+  Detach("loop0", "7:0");
+  EXPECT_EQ(namer.NameOf(7, 0, 5), std::nullopt);  // removed: gone at once
+  Attach("loop0", "7:0");
+  std::ofstream(diskseq) << "6\n";
+  EXPECT_EQ(namer.NameOf(7, 0, 5), std::nullopt);  // the predecessor's key
+  EXPECT_EQ(namer.NameOf(7, 0, 6), "loop0");
+  Detach("loop0", "7:0");
+  Attach("vdz", "7:0");  // another disk on the number, the cache still holding loop0 at 6
+  std::ofstream(root_ / "devices/virtual/block/vdz/diskseq") << "7\n";
+  EXPECT_EQ(namer.NameOf(7, 0, 7), "vdz");
+  EXPECT_EQ(namer.NameOf(7, 0, 6), std::nullopt);
+}
+
 // The namer runs under the scrape: a FIFO where diskseq should be must not block it (open
 // without O_NONBLOCK waits for a writer forever), and a symlinked diskseq pointing out of the
 // tree must not be followed.
