@@ -276,7 +276,7 @@ static __always_inline int MW_FN(handle_rq_issue)(struct request *rq)
 {
 	struct mw_dev_stats *stats;
 	struct mw_inflight *slot;
-	__u32 op;
+	__u32 op, bytes;
 	__u64 now;
 
 	op = MW_READ(rq, cmd_flags) & MW_REQ_OP_MASK;
@@ -289,24 +289,21 @@ static __always_inline int MW_FN(handle_rq_issue)(struct request *rq)
 		return 0;
 	}
 	stats = MW_FN(stats_for)(MW_FN(mw_rq_disk)(rq), op);
+	bytes = MW_READ(rq, __data_len);
 	now = bpf_ktime_get_ns();
 	slot = inflight_slot(rq, now, true);
-	if (!slot) {
-		count_event(MW_CNT_INFLIGHT_FULL);
-		if (stats)
-			hist_add(stats->size_slots, &stats->size_sum_bytes, MW_READ(rq, __data_len), MW_SIZE_MIN_SHIFT,
-				 MW_SIZE_SLOTS);
+	if (!slot)
+		count_event(MW_CNT_INFLIGHT_FULL); /* counted, untimed */
+	if (stats && !(slot && slot->requeued))
+		hist_add(stats->size_slots, &stats->size_sum_bytes, bytes, MW_SIZE_MIN_SHIFT, MW_SIZE_SLOTS);
+	if (!slot)
 		return 0;
-	}
-	if (stats && !slot->requeued)
-		hist_add(stats->size_slots, &stats->size_sum_bytes, MW_READ(rq, __data_len), MW_SIZE_MIN_SHIFT,
-			 MW_SIZE_SLOTS);
 	slot->requeued = 0;
 	if (slot->insert_ns && !slot->issue_ns) {
 		/* leaving the scheduler: no bio can merge into it now */
 		struct sched_key key = { .queue_id = (__u32)MW_READ(rq, q, id) + 1 };
 
-		key.end_sector = MW_READ(rq, __sector) + (MW_READ(rq, __data_len) >> 9);
+		key.end_sector = MW_READ(rq, __sector) + (bytes >> 9);
 		bpf_map_delete_elem(&sched_queued, &key);
 		if (stats) /* 0 when the two CPUs' clocks disagree (see handle_rq_complete) */
 			hist_add(stats->queue_latency_slots, &stats->queue_latency_sum_ns,
@@ -334,32 +331,24 @@ static __always_inline int MW_FN(handle_rq_complete)(struct request *rq, __u32 n
 	__u64 now, issue_ns;
 	__u32 op;
 
-	slot = inflight_slot(rq, 0, false);
-	if (!slot) {
-		op = MW_READ(rq, cmd_flags) & MW_REQ_OP_MASK;
-		/*
-		 * Not lost: flushes and passthrough are not tracked; nr_bytes 0 is the flush
-		 * machinery ending a PREFLUSH/FUA write whose data completion was seen
-		 * (blk_flush_complete_seq() -> blk_mq_end_request() on a request with no bytes
-		 * left). Measured with bpftrace on an O_DSYNC run: 8159 of 8192 writes.
-		 */
-		if (op != MW_OP_FLUSH && !mw_op_is_passthrough(op) && nr_bytes != 0)
-			count_event(MW_CNT_COMPLETE_UNMATCHED);
-		return 0;
-	}
-	/* Partial completions fire too (nr_bytes < remaining bytes): wait for the last one. */
-	if (nr_bytes < MW_READ(rq, __data_len))
-		return 0;
-	issue_ns = slot->issue_ns;
-	slot->rq = 0;
 	op = MW_READ(rq, cmd_flags) & MW_REQ_OP_MASK;
+	slot = inflight_slot(rq, 0, false);
+	/* Partial completions fire too (nr_bytes < remaining bytes): wait for the last one. */
+	if (slot && nr_bytes < MW_READ(rq, __data_len))
+		return 0;
+	issue_ns = slot ? slot->issue_ns : 0;
+	if (slot)
+		slot->rq = 0;
 	if (!issue_ns) {
 		/*
-		 * Inserted, and its dispatch not seen. A request the flush machinery ends
-		 * without dispatching it (a PREFLUSH with no data) completes with no bytes;
-		 * one with bytes was dispatched and is counted, so its latency is lost: say so.
-		 * (test_requests once saw 64 and once 128 of 8192 untimed under raw_tp and
-		 * mq-deadline with no counter moving; this was the silent way out.)
+		 * A data completion whose dispatch was not seen: in flight at attach, after
+		 * inflight_map_full, or inserted and its dispatch missed (test_requests once saw
+		 * 64 and once 128 of 8192 untimed under raw_tp and mq-deadline with no counter
+		 * moving: that was the silent way out). Not lost: flushes and passthrough, which
+		 * are not tracked, and nr_bytes 0, the flush machinery ending a PREFLUSH/FUA write
+		 * whose data completion was seen or a PREFLUSH without data it never dispatched
+		 * (blk_flush_complete_seq() -> blk_mq_end_request() on a request with no bytes
+		 * left; measured with bpftrace on an O_DSYNC run: 8159 of 8192 writes).
 		 */
 		if (op != MW_OP_FLUSH && !mw_op_is_passthrough(op) && nr_bytes != 0)
 			count_event(MW_CNT_COMPLETE_UNMATCHED);
