@@ -1,5 +1,6 @@
-"""Helpers shared by the privileged suites (tests/integration, tests/deploy): free ports, RAM-backed
-loop devices, the BPF links a process holds. Each suite's conftest imports them from here."""
+"""Helpers shared by the suites (tests/integration, tests/deploy, tests/vm): free ports, RAM-backed
+loop devices, the BPF links a process holds, and the strict readers of a Prometheus scrape. Each
+suite's conftest (tests/vm: vmtest.py) imports them from here."""
 import json
 import os
 import socket
@@ -7,6 +8,7 @@ import subprocess
 import tempfile
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 
 def free_port():
@@ -107,3 +109,43 @@ def attached_bpf_link_ids():
     out = subprocess.run(["bpftool", "-j", "link", "show"], capture_output=True, text=True, check=True,
                          timeout=30).stdout
     return {link["id"] for link in json.loads(out or "[]")}
+
+
+def parse_samples(text):
+    """Prometheus text: {(name, frozenset(labels.items())): value} for every sample."""
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples[(s.name, frozenset(s.labels.items()))] = s.value
+    return samples
+
+
+def value(samples, name, **labels):
+    """The value of one series. A missing series is an error that names what is there: a renamed
+    metric or label must fail the test, not read as 0. Tests that expect absence use absent()."""
+    key = (name, frozenset(labels.items()))
+    if key in samples:
+        return samples[key]
+    present = sorted(str(dict(sorted(k[1]))) for k in samples if k[0] == name)
+    shown = "\n  ".join(present[:20]) + (f"\n  ... {len(present) - 20} more" if len(present) > 20 else "")
+    raise AssertionError(f"no series {name}{dict(sorted(labels.items()))}; {name} has {len(present)} series"
+                         + (":\n  " + shown if present else ""))
+
+
+def absent(samples, name, **labels):
+    """True if no series of `name` carries all of `labels` (others may differ): for a family whose
+    other labels are not known, such as mergewatch_device_info{device=...}."""
+    want = set(labels.items())
+    return not any(k[0] == name and want <= k[1] for k in samples)
+
+
+def baseline(samples, name, **labels):
+    """A counter's value before a workload: 0 while the series does not exist yet (a fresh device has
+    no per-op series before its first request). Only for "before" readings; the "after" reading
+    must use value()."""
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def find(s, name, **labels):
+    """Samples of `name` whose labels include `labels`: {frozenset(labels): value}."""
+    return {k[1]: v for k, v in s.items() if k[0] == name and set(labels.items()) <= set(k[1])}

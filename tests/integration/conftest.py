@@ -13,10 +13,10 @@ import time
 import urllib.request
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from mwtest import LoopDevice, attached_bpf_link_ids, bpf_link_ids_of, free_port, loop_device  # noqa: E402,F401
+from mwtest import (LoopDevice, absent, attached_bpf_link_ids, baseline, bpf_link_ids_of, free_port,  # noqa: E402,F401
+                    loop_device, parse_samples, value)
 
 DAEMON = os.environ.get("MERGEWATCHD", os.path.join(os.path.dirname(__file__), "../../build/mergewatchd"))
 
@@ -77,11 +77,7 @@ class Daemon:
 
     def scrape(self):
         """{(name, frozenset(labels.items())): value} for every sample."""
-        samples = {}
-        for family in text_string_to_metric_families(self.scrape_text()):
-            for s in family.samples:
-                samples[(s.name, frozenset(s.labels.items()))] = s.value
-        return samples
+        return parse_samples(self.scrape_text())
 
     def stop(self, sig=signal.SIGTERM):
         if self.proc.poll() is None:
@@ -123,27 +119,3 @@ def fio(device, rw="read", bs="4k", iodepth=64, batch=64, size_mb=32, extra=()):
     subprocess.run(cmd, check=True, timeout=300)
 
 
-def value(samples, name, **labels):
-    """The value of one series. A missing series is an error that names what is there: a renamed
-    metric or label must fail the test, not read as 0. Tests that expect absence use absent()."""
-    key = (name, frozenset(labels.items()))
-    if key in samples:
-        return samples[key]
-    present = sorted(str(dict(sorted(k[1]))) for k in samples if k[0] == name)
-    shown = "\n  ".join(present[:20]) + (f"\n  ... {len(present) - 20} more" if len(present) > 20 else "")
-    raise AssertionError(f"no series {name}{dict(sorted(labels.items()))}; {name} has {len(present)} series"
-                         + (":\n  " + shown if present else ""))
-
-
-def absent(samples, name, **labels):
-    """True if no series of `name` carries all of `labels` (others may differ): for a family whose
-    other labels are not known, such as mergewatch_device_info{device=...}."""
-    want = set(labels.items())
-    return not any(k[0] == name and want <= k[1] for k in samples)
-
-
-def baseline(samples, name, **labels):
-    """A counter's value before a workload: 0 while the series does not exist yet (a fresh device has
-    no per-op series before its first request). Only for "before" readings; the "after" reading
-    must use value()."""
-    return samples.get((name, frozenset(labels.items())), 0.0)

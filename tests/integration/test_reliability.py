@@ -11,9 +11,8 @@ import time
 import urllib.request
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import absent, baseline, fio, value
+from conftest import absent, baseline, fio, parse_samples, value
 
 pytestmark = pytest.mark.privileged
 
@@ -28,14 +27,6 @@ def rss_kib(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     raise AssertionError("no VmRSS")
-
-
-def parse(text):
-    samples = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            samples[(s.name, frozenset(s.labels.items()))] = s.value
-    return samples
 
 
 def direct_reads(path, count):
@@ -59,7 +50,7 @@ def test_device_churn_reuses_minors_without_carrying_old_data(daemon_factory, tm
     def scraper():
         while not stop.is_set():
             try:
-                parse(d.scrape_text())
+                parse_samples(d.scrape_text())
             except Exception as e:  # a parse error or a dead daemon
                 scrape_failures.append(repr(e))
             time.sleep(0.05)
@@ -182,7 +173,7 @@ def test_hundred_concurrent_scrapers_during_io(daemon_factory, loop_device, tmp_
                 with urllib.request.urlopen(f"http://127.0.0.1:{d.port}/metrics", timeout=30) as r:
                     status, body = r.status, r.read().decode()
                 assert status == 200 and body.endswith("\n"), (status, body[-200:])
-                samples = parse(body)
+                samples = parse_samples(body)
                 assert ("mergewatch_scrape_errors_total", frozenset()) in samples
                 assert samples[("mergewatch_scrape_errors_total", frozenset())] == 0
                 with lock:

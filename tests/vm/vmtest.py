@@ -1,5 +1,6 @@
 """The VM tests' shared harness: one boot helper, one run-directory reader, one results parser, one
-Prometheus text parser (tests/vm/README.md, "Test harness").
+Prometheus text parser, the last two shared with the other suites through tests/mwtest.py (tests/vm/README.md,
+"Test harness").
 
 Every test module boots the guest the same way (setup.sh, then run-vm.sh into a fresh run directory)
 and re-reads what the guest left in that directory: `key=value` lines in results.txt, /metrics scrapes,
@@ -8,9 +9,13 @@ logs. The parsers here are strict: value() raises on a missing series, read() on
 import json
 import os
 import subprocess
+import sys
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+# The scrape readers every suite shares; `get` reads 0 for a series not there yet (deltas).
+from mwtest import baseline as get, find, parse_samples as parse, value  # noqa: E402,F401
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -56,36 +61,6 @@ def results(text):
     """The guest's `key=value` lines (results.txt): {key: value}; a later line wins, a line without `=` is
     not a result (none of the guest scripts writes one)."""
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
-
-
-def parse(text):
-    """Prometheus text: {(name, frozenset(labels.items())): value} for every sample."""
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(s.name, frozenset(s.labels.items()))] = s.value
-    return out
-
-
-def value(s, name, **labels):
-    """The value of one series; a missing one is an error naming what is there (a renamed metric or label
-    must fail, not read as 0)."""
-    key = (name, frozenset(labels.items()))
-    if key not in s:
-        present = [dict(k[1]) for k in s if k[0] == name]
-        raise AssertionError(f"no series {name}{labels}; present: {present}")
-    return s[key]
-
-
-def get(s, name, **labels):
-    """The value of one series, 0 where it does not exist: for counters of a per-case daemon, whose
-    per-op series appear with their first event (test_vm.py's deltas)."""
-    return s.get((name, frozenset(labels.items())), 0.0)
-
-
-def find(s, name, **labels):
-    """Samples of `name` whose labels include `labels`: {frozenset(labels): value}."""
-    return {k[1]: v for k, v in s.items() if k[0] == name and set(labels.items()) <= set(k[1])}
 
 
 class RunDir:
