@@ -169,12 +169,12 @@ def test_man_page_and_help_list_the_same_flags_and_defaults():
     extra = sorted(set(man) - set(shown))
     wrong = sorted(f"{f}: --help {shown[f]!r}, man page {man[f]!r}" for f in set(shown) & set(man)
                    if shown[f] != man[f])
-    todo = "".join(f"\n  .TP\n  .BI \\-\\-{f[2:].replace('-', chr(92) + '-')}= value \" \\fR(default: \\fB{shown[f]}\\fR)\""
+    lines_to_add = "".join(f"\n  .TP\n  .BI \\-\\-{f[2:].replace('-', chr(92) + '-')}= value \" \\fR(default: \\fB{shown[f]}\\fR)\""
                    f"\n  <what it does>" for f in missing)
     assert not (missing or extra or wrong), (
         f"docs/mergewatchd.8 OPTIONS is out of step with --help:\n"
         f"in --help, not in the man page: {missing}\nin the man page, not in --help: {extra}\n"
-        f"defaults that differ: {wrong}\nadd to docs/mergewatchd.8 under .SH OPTIONS:{todo}")
+        f"defaults that differ: {wrong}\nadd to docs/mergewatchd.8 under .SH OPTIONS:{lines_to_add}")
 
 
 def test_man_page_lists_the_readme_metrics():
