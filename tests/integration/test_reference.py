@@ -170,7 +170,7 @@ def test_man_page_and_help_list_the_same_flags_and_defaults():
     wrong = sorted(f"{f}: --help {shown[f]!r}, man page {man[f]!r}" for f in set(shown) & set(man)
                    if shown[f] != man[f])
     lines_to_add = "".join(f"\n  .TP\n  .BI \\-\\-{f[2:].replace('-', chr(92) + '-')}= value \" \\fR(default: \\fB{shown[f]}\\fR)\""
-                   f"\n  <what it does>" for f in missing)
+                           f"\n  <what it does>" for f in missing)
     assert not (missing or extra or wrong), (
         f"docs/mergewatchd.8 OPTIONS is out of step with --help:\n"
         f"in --help, not in the man page: {missing}\nin the man page, not in --help: {extra}\n"
