@@ -10,8 +10,12 @@ random reads, libaio, QD32, 2 jobs) or collapse (4 KiB sequential reads in batch
 root, fio and bpftool. Prints per build the median ns per I/O and each program's ns/run and runs per I/O.
 
   bench/bpf_ab.py BEFORE_BINARY AFTER_BINARY [MORE ...]
+
+An argument with a space in it is a whole command instead of a daemon, run as it is: any BPF loader whose
+programs the process holds, such as the floor loader with a scratch object (BENCHMARKS.md, "the lower bound"):
+  bench/bpf_ab.py build/mergewatchd "build/bench/floor /tmp/lb.bpf.o block_getrq block_rq_issue block_rq_complete"
 """
-import json, os, subprocess, sys, time, signal
+import json, os, shlex, subprocess, sys, time, signal
 daemons = sys.argv[1:]
 SEC = int(os.environ.get("AB_SECONDS", "4"))
 REP = int(os.environ.get("AB_REPEATS", "3"))
@@ -28,7 +32,8 @@ try:
     for r in range(REP):
         for i, d in enumerate(daemons):
             port = 19700 + i
-            p = subprocess.Popen([d, f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            argv = shlex.split(d) if " " in d else [d, f"--web.listen-address=127.0.0.1:{port}"]
+            p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(1.5)
             if WORK == "randread":
                 sh(f"echo 0 > /sys/block/{dev}/queue/nomerges")

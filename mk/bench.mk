@@ -20,6 +20,9 @@ BENCH_QUICK     ?=
 BENCH_DIR       := $(BUILD)/bench
 BENCH_FLOOR_OBJ := $(BENCH_DIR)/floor.bpf.o
 BENCH_FLOOR     := $(BENCH_DIR)/floor
+# The lower bound of any per-device size/latency histogram (bench/lower_bound.bpf.c), counting at
+# completion and at dispatch; loaded by the floor loader, measured with bench/bpf_ab.py.
+BENCH_LOWER_BOUND_OBJS := $(BENCH_DIR)/lower_bound_at_completion.bpf.o $(BENCH_DIR)/lower_bound_at_dispatch.bpf.o
 BENCH_RUN_ARGS   = --daemon $(CURDIR)/$(DAEMON) --floor $(CURDIR)/$(BENCH_FLOOR) $(CURDIR)/$(BENCH_FLOOR_OBJ) \
 	--json $(BENCH_DIR)/results.json --markdown $(BENCH_DIR)/summary.md \
 	$(if $(BENCH_SECONDS),--seconds $(BENCH_SECONDS)) $(if $(BENCH_REPEATS),--repeats $(BENCH_REPEATS)) \
@@ -36,7 +39,7 @@ bench: deps-bench
 	@if [ "$$(id -u)" != 0 ]; then echo 'make bench: loads BPF and creates loop devices; run as root' >&2; exit 1; fi
 	@$(MAKE) --no-print-directory bench-run
 
-bench-run: $(DAEMON) $(BENCH_FLOOR_OBJ) $(BENCH_FLOOR)
+bench-run: $(DAEMON) $(BENCH_FLOOR_OBJ) $(BENCH_FLOOR) $(BENCH_LOWER_BOUND_OBJS)
 	@mkdir -p $(BENCH_DIR)
 	$(PYTHON) bench/run.py $(BENCH_RUN_ARGS)
 
@@ -46,6 +49,12 @@ $(BENCH_FLOOR_OBJ): bench/floor.bpf.c $(VMLINUX_H)
 	$(call msg,BPF,$@)
 	$(Q)$(CLANG) -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Werror -I$(dir $(VMLINUX_H)) \
 		$(CLANG_BPF_SYS_INCLUDES) -c $< -o $@
+
+$(BENCH_DIR)/lower_bound_at_%.bpf.o: bench/lower_bound.bpf.c include/mergewatch/abi.h $(VMLINUX_H)
+	@mkdir -p $(dir $@)
+	$(call msg,BPF,$@)
+	$(Q)$(CLANG) -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Werror -I$(dir $(VMLINUX_H)) -Iinclude \
+		-DCOUNT_AT_COMPLETION=$(if $(filter completion,$*),1,0) $(CLANG_BPF_SYS_INCLUDES) -c $< -o $@
 
 $(BENCH_FLOOR): bench/floor.c
 	@mkdir -p $(dir $@)

@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * The least any per-device request-size and latency histogram costs on the block tracepoints: what
+ * issue 14's "BPF <= 300 ns per I/O with every feature on" is measured against (BENCHMARKS.md, "The
+ * lower bound"). Not mergewatch: no merge rules (block_getrq is attached but empty), no scheduler
+ * queue time, no requeue, no stacking, no nesting guard (a nested program may take another's slot:
+ * wrong here, harmless for a cost measurement). Loaded by the floor loader; measured with
+ * bench/bpf_ab.py against the floor and mergewatchd.
+ *
+ * COUNT_AT_COMPLETION=1: the completion-centric design issue 14 proposes. Dispatch keeps the clock
+ * and the size in the request's in-flight slot; the final completion does the one device lookup
+ * and both histograms. COUNT_AT_COMPLETION=0: what mergewatchd does, the size counted at dispatch
+ * (a skipped nested completion then costs a latency sample, not a request), so one device lookup
+ * at dispatch and one at completion.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+#include "mergewatch/abi.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+#ifndef COUNT_AT_COMPLETION
+#define COUNT_AT_COMPLETION 1
+#endif
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, MW_MAX_DEV_OP_KEYS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct mw_dev_key);
+	__type(value, struct mw_dev_stats);
+} dev_stats SEC(".maps");
+
+/* One way of mergewatch's in-flight table: the cheapest request -> slot mapping there is. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MW_DEFAULT_INFLIGHT_ENTRIES);
+	__type(key, __u32);
+	__type(value, struct mw_inflight);
+} inflight SEC(".maps");
+
+/* A typed pointer becomes a number by a store and a load (mergewatch.bpf.c explains why). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} pointer_cell SEC(".maps");
+
+static const struct mw_dev_stats zero_stats;
+
+static __always_inline struct mw_inflight *slot_of(struct request *rq)
+{
+	__u32 zero = 0, index;
+	volatile __u64 *cell = bpf_map_lookup_elem(&pointer_cell, &zero);
+
+	if (!cell)
+		return NULL;
+	*cell = (__u64)rq;
+	index = (__u32)(((*cell >> 6) * 0x9E3779B97F4A7C15ull) >> (64 - 16));
+	return bpf_map_lookup_elem(&inflight, &index);
+}
+
+static __always_inline struct mw_dev_stats *stats_of(struct request *rq)
+{
+	struct gendisk *disk = rq->q->disk;
+	struct mw_dev_key key = {};
+	struct mw_dev_stats *stats;
+
+	if (!disk)
+		return NULL;
+	key.major = disk->major;
+	key.minor = disk->first_minor;
+	key.op = rq->cmd_flags & MW_REQ_OP_MASK;
+	key.diskseq = disk->diskseq;
+	stats = bpf_map_lookup_elem(&dev_stats, &key);
+	if (stats)
+		return stats;
+	bpf_map_update_elem(&dev_stats, &key, &zero_stats, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&dev_stats, &key);
+}
+
+static __always_inline void hist_add(__u64 *slots, __u64 *sum, __u64 value, __u32 min_shift, __u32 nslots)
+{
+	__u32 slot = mw_hist_slot(value, min_shift, nslots);
+
+	barrier_var(slot);
+	if (slot < nslots)
+		slots[slot]++;
+	*sum += value;
+}
+
+SEC("tp_btf/block_getrq")
+int BPF_PROG(lower_bound_getrq)
+{
+	return 0;
+}
+
+SEC("tp_btf/block_rq_issue")
+int BPF_PROG(lower_bound_rq_issue, struct request *rq)
+{
+	struct mw_inflight *slot = slot_of(rq);
+	__u32 bytes = rq->__data_len;
+
+	if (!COUNT_AT_COMPLETION) {
+		struct mw_dev_stats *stats = stats_of(rq);
+
+		if (stats)
+			hist_add(stats->size_slots, &stats->size_sum_bytes, bytes, MW_SIZE_MIN_SHIFT, MW_SIZE_SLOTS);
+	}
+	if (slot) {
+		slot->issue_ns = bpf_ktime_get_ns();
+		slot->insert_ns = bytes; /* the size, for the completion to count */
+	}
+	return 0;
+}
+
+SEC("tp_btf/block_rq_complete")
+int BPF_PROG(lower_bound_rq_complete, struct request *rq, int error, unsigned int nr_bytes)
+{
+	struct mw_inflight *slot = slot_of(rq);
+	struct mw_dev_stats *stats;
+	__u64 issue_ns, now;
+
+	if (!slot || !slot->issue_ns)
+		return 0;
+	issue_ns = slot->issue_ns;
+	slot->issue_ns = 0;
+	now = bpf_ktime_get_ns();
+	stats = stats_of(rq);
+	if (!stats)
+		return 0;
+	if (COUNT_AT_COMPLETION)
+		hist_add(stats->size_slots, &stats->size_sum_bytes, slot->insert_ns, MW_SIZE_MIN_SHIFT, MW_SIZE_SLOTS);
+	hist_add(stats->latency_slots, &stats->latency_sum_ns, now - issue_ns, MW_LAT_MIN_SHIFT, MW_LAT_SLOTS);
+	return 0;
+}
