@@ -33,15 +33,28 @@ static __always_inline struct mw_dev_stats *MW_FN(stats_for)(struct gendisk *dis
 	return stats;
 }
 
-/* The bvec at `index` of the bio's vector, read by address (an index into a typed pointer is refused). */
+/*
+ * The bvec at `index` of the bio's vector. The first is a constant offset from the typed
+ * pointer: plain loads in tp_btf. Any other is read by address (an index into a typed pointer
+ * is refused), a helper call: on a queue with a virt boundary (NVMe) that was two calls per bio
+ * for the first and the last bvec, where a 4 KiB bio has only one.
+ */
 static __always_inline void MW_FN(read_bvec)(struct bio *bio, __u32 index, struct bio_vec *out)
 {
-	__u64 base = pointer_value(MW_READ(bio, bi_io_vec));
+	struct bio_vec *vec = MW_READ(bio, bi_io_vec);
+	__u64 base;
 
 	out->bv_offset = 0;
 	out->bv_len = 0;
-	if (base)
-		bpf_probe_read_kernel(out, sizeof(*out), (void *)(base + (__u64)index * sizeof(struct bio_vec)));
+	if (!vec)
+		return;
+	if (index == 0) {
+		out->bv_offset = MW_READ(vec, bv_offset);
+		out->bv_len = MW_READ(vec, bv_len);
+		return;
+	}
+	base = pointer_value(vec);
+	bpf_probe_read_kernel(out, sizeof(*out), (void *)(base + (__u64)index * sizeof(struct bio_vec)));
 }
 
 #define MW_PAGE_SIZE 4096u /* x86-64 and 4K arm64: the unit bvecs are built from */
@@ -93,7 +106,8 @@ static __always_inline void MW_FN(bio_side)(struct bio *bio, __u32 opf, bool nee
 	b->first_offset = bv.bv_offset + done;
 	b->segments = whole ? vcnt : ((b->first_offset & (MW_PAGE_SIZE - 1)) + bytes + MW_PAGE_SIZE - 1) / MW_PAGE_SIZE;
 	if (whole) {
-		MW_FN(read_bvec)(bio, vcnt - 1, &bv);
+		if (vcnt > 1) /* else the last bvec is the first, read above */
+			MW_FN(read_bvec)(bio, vcnt - 1, &bv);
 		b->last_end = bv.bv_offset + bv.bv_len;
 	} else {
 		/* the last bvec is not at a known index: assume the data runs on contiguously */
