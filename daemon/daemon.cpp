@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -30,6 +31,7 @@
 #include "sd_notify.h"
 #include "state_metrics.h"
 #include "topology.h"
+#include "topology_namer.h"
 
 namespace mergewatch {
 namespace {
@@ -59,10 +61,16 @@ class TopologyKeeper {
   TopologyKeeper(std::string sysfs_root, Duration refresh) : sysfs_root_(std::move(sysfs_root)), refresh_(refresh) {
     Rescan();
   }
+  // Called after every scan with the new topology (the scrapes' names).
+  void OnScan(std::function<void(std::shared_ptr<const Topology>)> on_scan) {
+    on_scan_ = std::move(on_scan);
+    on_scan_(current_);
+  }
   void Rescan() {
     std::vector<std::string> warnings;
     current_ = std::make_shared<const Topology>(Topology::Scan(sysfs_root_, &warnings));
     last_scan_ = Now();
+    if (on_scan_) on_scan_(current_);
     for (const std::string& w : warnings) {
       if (reported_warnings_.insert(w).second) LogWarn("sysfs: " + w);
     }
@@ -96,6 +104,7 @@ class TopologyKeeper {
   std::string sysfs_root_;
   Duration refresh_;
   std::shared_ptr<const Topology> current_;
+  std::function<void(std::shared_ptr<const Topology>)> on_scan_;
   TimePoint last_scan_{};
   std::set<std::string> reported_warnings_;
   bool reported_empty_ = false;
@@ -190,11 +199,21 @@ class DeviceWatch {
     }
   }
   int fd() const { return source_ ? source_->fd() : -1; }
-  void OnReadable(TimePoint now) {
+  // Whether the socket holds messages not yet read, or an error (ENOBUFS): one poll(), from any
+  // thread. Only the main loop reads the socket.
+  bool Unread() const {
+    pollfd p{fd(), POLLIN, 0};
+    return poll(&p, 1, 0) != 0;  // an error of poll() itself counts as unread: sysfs is always right
+  }
+  // `names` is distrusted before the read (topology_namer.cpp says why that order) and published
+  // again after it: trusted unless the events make a rescan pending.
+  void OnReadable(TimePoint now, TopologyNames* names, const TopologyKeeper& topology) {
+    names->Distrust();
     const DrainResult drained = source_->Drain();
     if (drained.overrun)
       LogWarn("device events lost (netlink receive buffer overran): rescanning every block device");
     planner_.Add(drained, now);
+    names->Publish(topology.current(), planner_.pending());
   }
   bool pending() const { return planner_.pending(); }
   TimePoint due() const { return planner_.due(); }
@@ -210,7 +229,8 @@ class DeviceWatch {
 // watchdog is fed; a due event rescan publishes the new topology at once. Returns the signal
 // that ended it, or -1 on an error.
 int ServeUntilSignal(const Config& config, BpfProbes& probes, DeviceNamer& namer, DeviceWatch& watch,
-                     TopologyKeeper* topology, CollapseDetector* detector, StateCollector* state) {
+                     TopologyNames* names, TopologyKeeper* topology, CollapseDetector* detector,
+                     StateCollector* state) {
   const uint64_t watchdog_usec = SdWatchdogUsec();
   const Duration tick = std::chrono::milliseconds(
       watchdog_usec > 0 ? static_cast<long>(std::min<uint64_t>(watchdog_usec / 2000, 1000)) : 1000);
@@ -254,7 +274,7 @@ int ServeUntilSignal(const Config& config, BpfProbes& probes, DeviceNamer& namer
     }
     // POLLERR too: a pending ENOBUFS must be read off the socket, or poll() would return at once forever.
     if (ready > 0 && watch.fd() >= 0 && (fds[1].revents & (POLLIN | POLLERR)))
-      watch.OnReadable(TopologyKeeper::Now());
+      watch.OnReadable(TopologyKeeper::Now(), names, *topology);
     bool after_loss = false;
     if (const std::optional<std::string> why = watch.TakeDue(TopologyKeeper::Now(), &after_loss)) {
       topology->Rescan();
@@ -397,7 +417,11 @@ int RunDaemon(const Config& config) {
   if (status.inflight_capacity != config.inflight_entries)
     LogInfo("in-flight table: " + std::to_string(status.inflight_capacity) + " slots (--bpf.inflight-entries=" +
             std::to_string(config.inflight_entries) + " rounded up to a power of two)");
-  auto collector = std::make_shared<MetricsCollector>(*probes, namer, status);
+  DeviceWatch watch;  // before the first scan: a device added meanwhile is not missed
+  // Scrapes name devices from the topology while the events say it is current, else by sysfs.
+  TopologyNames names(namer, watch.fd() >= 0 ? std::function<bool()>([&watch] { return watch.Unread(); })
+                                             : std::function<bool()>());
+  auto collector = std::make_shared<MetricsCollector>(*probes, names, status);
   auto state = std::make_shared<StateCollector>();
   std::vector<std::shared_ptr<prometheus::Collectable>> collectables = {collector, state};
   if (!config.disable_exporter_metrics) {
@@ -405,8 +429,10 @@ int RunDaemon(const Config& config) {
     collectables.push_back(std::make_shared<SelfCollector>([p] { return p->ProgramCosts(); }));
   }
 
-  DeviceWatch watch;  // before the first scan: a device added meanwhile is not missed
   TopologyKeeper topology(config.sysfs_root, config.topology_refresh);
+  topology.OnScan([&names, &watch](std::shared_ptr<const Topology> current) {
+    names.Publish(std::move(current), watch.pending());
+  });
   TraceBioLevelWhereNeeded(*topology.current(), probes.get());
   CollapseDetector detector(config.collapse);
   state->Publish(topology.current(), detector.Verdicts());
@@ -429,7 +455,7 @@ int RunDaemon(const Config& config) {
   SdNotify("READY=1\nSTATUS=" + ready_status);
   LogInfo("ready: " + ready_status);
 
-  const int exit_signal = ServeUntilSignal(config, *probes, namer, watch, &topology, &detector, state.get());
+  const int exit_signal = ServeUntilSignal(config, *probes, namer, watch, &names, &topology, &detector, state.get());
   if (exit_signal < 0) return kExitFailure;
 
   LogInfo(std::string("received ") + strsignal(exit_signal) + ", shutting down");

@@ -271,14 +271,17 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
   return families;
 }
 
-MetricsCollector::MetricsCollector(SnapshotSource& source, DeviceNamer& namer, DaemonStatus status)
-    : source_(source), namer_(namer), status_(std::move(status)) {}
+MetricsCollector::MetricsCollector(SnapshotSource& source, TopologyNames& names, DaemonStatus status)
+    : source_(source), names_(names), status_(std::move(status)) {}
 
 std::vector<MetricFamily> MetricsCollector::Collect() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<MetricFamily> families;
   try {
-    families = BuildMetricFamilies(source_.Read(), namer_, status_);
+    const Snapshot snapshot = source_.Read();
+    // Decided after the map read, the slow part: as close to the names' use as it can be.
+    TopologyNamer namer = names_.ForScrape();
+    families = BuildMetricFamilies(snapshot, namer, status_);
   } catch (const std::exception& e) {
     ++scrape_errors_;
     LogError(std::string("scrape failed: ") + e.what());

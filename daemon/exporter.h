@@ -15,6 +15,7 @@
 
 #include "device_namer.h"
 #include "snapshot.h"
+#include "topology_namer.h"
 
 namespace mergewatch {
 
@@ -38,16 +39,17 @@ std::vector<prometheus::MetricFamily> BuildMetricFamilies(const Snapshot& snapsh
 prometheus::ClientMetric::Histogram Log2Histogram(const __u64* slots, size_t slot_count, uint64_t sum,
                                                   int min_shift, double per_unit);
 
-// The prometheus-cpp Collectable: reads a snapshot per scrape. A failed read becomes a
-// metric (and a log line), not a failed scrape.
+// The prometheus-cpp Collectable: reads a snapshot per scrape and names its devices with the
+// namer `names` hands that scrape. A failed read becomes a metric (and a log line), not a
+// failed scrape.
 class MetricsCollector final : public prometheus::Collectable {
  public:
-  MetricsCollector(SnapshotSource& source, DeviceNamer& namer, DaemonStatus status);
+  MetricsCollector(SnapshotSource& source, TopologyNames& names, DaemonStatus status);
   std::vector<prometheus::MetricFamily> Collect() const override;
 
  private:
   SnapshotSource& source_;
-  DeviceNamer& namer_;
+  TopologyNames& names_;
   const DaemonStatus status_;
   mutable std::mutex mutex_;
   mutable uint64_t scrape_errors_ = 0;

@@ -32,6 +32,14 @@ bool ParseProcStat(const std::string& stat, long ticks_per_second, long page_siz
 // This process, now. false (with `error`) if /proc is not readable.
 bool ReadSelfStats(ProcessStats* stats, std::string* error);
 
+// This process's open file descriptors: the size stat() reports for /proc/self/fd (one system
+// call; Linux 6.2+), else the listing. -1 when neither can be read.
+double CountOpenFds();
+// The same by listing /proc/self/fd (not counting the listing's own descriptor), -1 if unreadable;
+// and by stat(), -1 where the kernel does not report it (before 6.2: size 0).
+double CountOpenFdsByListing();
+double CountOpenFdsByStat();
+
 std::vector<prometheus::MetricFamily> ProcessFamilies(const ProcessStats& stats);
 std::vector<prometheus::MetricFamily> ProgramCostFamilies(const std::vector<ProgramCost>& costs);
 

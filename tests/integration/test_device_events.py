@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from conftest import value
+
 pytestmark = pytest.mark.privileged
 
 INFO = "mergewatch_device_info"
@@ -160,4 +162,58 @@ def test_lost_events_trigger_a_full_rescan(daemon_factory, new_loop):
     dev.remove()
     helper.remove()
     seconds_until(d, lambda names: dev.name not in names and helper.name not in names, limit=10)
+    assert d.stop() == 0
+
+
+def traced_by_all_threads(pid):
+    """True once every thread of pid has a tracer (strace -f -p attaches them one by one)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                if any(line.startswith("TracerPid:\t0") for line in f):
+                    return False
+        except FileNotFoundError:
+            pass
+    return True
+
+
+def test_scrapes_name_devices_from_the_topology_while_it_is_current(daemon_factory, loop_device, tmp_path):
+    """With no device event pending, a scrape names a device from the event-driven topology: it
+    does not open the device's sysfs diskseq file (strace on the daemon's own threads), and still
+    names it right (its request count). Other engineers' devices send uevents at any time on a
+    shared host, during which every scrape rightly asks sysfs: so windows of a few scrapes are
+    traced until one is clean, and the test fails only if none is."""
+    d = daemon_factory("--topology.refresh-interval=1h")
+    assert "watching block device uevents" in d.log_text()
+    dev = loop_device(size_mb=4)
+    rdev = os.stat(dev.path).st_rdev
+    diskseq_path = f"dev/block/{os.major(rdev)}:{os.minor(rdev)}/diskseq"
+    reads = 12
+    subprocess.run(["dd", f"if={dev.path}", "of=/dev/null", "bs=4k", f"count={reads}", "iflag=direct"],
+                   check=True, capture_output=True, timeout=30)
+    seconds_until(d, lambda names: dev.name in names)
+    time.sleep(1.0)  # the attach's own events: debounced and rescanned within 0.5 s
+    scrapes_per_window, windows = 5, []
+    for window in range(20):
+        out = tmp_path / f"strace-{window}.txt"
+        tracer = subprocess.Popen(["strace", "-f", "-qq", "-e", "trace=openat2,openat,readlink", "-o", str(out),
+                                   "-p", str(d.proc.pid)], stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 10
+            while not traced_by_all_threads(d.proc.pid):
+                assert time.monotonic() < deadline, "strace did not attach within 10 s"
+                time.sleep(0.01)
+            for _ in range(scrapes_per_window):
+                s = d.scrape()
+                assert value(s, "mergewatch_request_size_bytes_count", device=dev.name, op="read") == reads
+        finally:
+            tracer.send_signal(signal.SIGINT)
+            tracer.wait(timeout=30)
+        opened = out.read_text().count(diskseq_path)
+        windows.append(opened)
+        if opened == 0:
+            break
+    print(f"opens of {diskseq_path} per window of {scrapes_per_window} scrapes: {windows}")
+    # Without the topology every scrape opens it once: `scrapes_per_window` in every window.
+    assert windows[-1] == 0, f"every traced scrape read {diskseq_path}: {windows}\n{d.log_text()[-2000:]}"
     assert d.stop() == 0

@@ -3,7 +3,9 @@
 #include <prometheus/text_serializer.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/utsname.h>
 #include <zlib.h>
 
 #include <cerrno>
@@ -285,6 +287,27 @@ TEST(ProcessStats, ParsesProcStatWithOddCommandNames) {
   EXPECT_DOUBLE_EQ(s.virtual_bytes, 123456789.0);
   EXPECT_DOUBLE_EQ(s.resident_bytes, 2048.0 * 4096);
   EXPECT_FALSE(ParseProcStat("4242 (x) S 1 2", 100, 4096, 0, &s));
+}
+
+// process_open_fds from stat()'s size (6.2+) must be the count the listing gives; before 6.2
+// the stat path must say it cannot tell (the listing is used then).
+TEST(ProcessStats, OpenFdsByStatAreTheListedOnes) {
+  std::vector<int> extra;
+  for (int i = 0; i < 5; ++i) extra.push_back(open("/dev/null", O_RDONLY | O_CLOEXEC));
+  const double listed = CountOpenFdsByListing();
+  const double by_stat = CountOpenFdsByStat();
+  for (int fd : extra) close(fd);
+  ASSERT_GE(listed, 8);  // stdio and the five above
+  utsname u{};
+  ASSERT_EQ(uname(&u), 0);
+  int major = 0, minor = 0;
+  ASSERT_EQ(sscanf(u.release, "%d.%d", &major, &minor), 2) << u.release;
+  if (major > 6 || (major == 6 && minor >= 2)) {
+    EXPECT_EQ(by_stat, listed);
+    EXPECT_EQ(CountOpenFds(), CountOpenFdsByListing());
+  } else {
+    EXPECT_EQ(by_stat, -1) << u.release;
+  }
 }
 
 TEST(ProcessStats, SelfIsPlausible) {
