@@ -161,6 +161,12 @@ LoadReply LoadHere(const ProbeOptions& options) {
     reply.dev_stats_fd = bpf_map__fd(skel->maps.dev_stats);
     reply.origin_stats_fd = bpf_map__fd(skel->maps.origin_stats);
     reply.event_counts_fd = bpf_map__fd(skel->maps.event_counts);
+    struct bpf_map* map;
+    bpf_object__for_each_map(map, skel->obj) {
+      const int fd = bpf_map__fd(map);
+      if (fd >= 0 && fd != reply.dev_stats_fd && fd != reply.origin_stats_fd && fd != reply.event_counts_fd)
+        reply.other_map_fds.push_back(fd);
+    }
     bpf_object__for_each_program(prog, skel->obj) {
       if (!bpf_program__autoload(prog)) continue;
       auto [prog_mode, tracepoint] = SplitSection(bpf_program__section_name(prog));
@@ -198,6 +204,7 @@ constexpr uint32_t kNoFd = 0xffffffffu;
 constexpr size_t kMaxErrorBytes = 64 * 1024;
 constexpr size_t kMaxReplyBytes = 160 * 1024;
 constexpr uint32_t kMaxPrograms = 64;
+constexpr uint32_t kMaxMaps = 64;
 
 void PutU32(std::string* out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
@@ -376,6 +383,8 @@ void CloseReplyFds(LoadReply* reply) {
     if (*fd >= 0) close(*fd);
     *fd = -1;
   }
+  for (int fd : reply->other_map_fds) close(fd);
+  reply->other_map_fds.clear();
   for (LoadedProgram& p : reply->programs) {
     if (p.link_fd >= 0) close(p.link_fd);
     if (p.prog_fd >= 0) close(p.prog_fd);
@@ -395,6 +404,8 @@ std::string EncodeLoadReply(const LoadReply& reply, std::vector<int>* fds) {
   PutFd(&out, reply.dev_stats_fd, fds);
   PutFd(&out, reply.origin_stats_fd, fds);
   PutFd(&out, reply.event_counts_fd, fds);
+  PutU32(&out, static_cast<uint32_t>(reply.other_map_fds.size()));
+  for (int fd : reply.other_map_fds) PutFd(&out, fd, fds);
   PutU32(&out, static_cast<uint32_t>(reply.programs.size()));
   for (const LoadedProgram& p : reply.programs) {
     PutString(&out, p.tracepoint);
@@ -442,6 +453,13 @@ bool DecodeLoadReply(const std::string& bytes, const std::vector<int>& fds, Load
   if (!in.String(&out.mode, 16) || (out.mode != "tp_btf" && out.mode != "raw_tp")) return bad("unknown mode");
   if (!fd_at(true, &out.dev_stats_fd) || !fd_at(true, &out.origin_stats_fd) || !fd_at(true, &out.event_counts_fd))
     return bad("map descriptors");
+  uint32_t other_maps;
+  if (!in.U32(&other_maps) || other_maps > kMaxMaps) return bad("map count");
+  for (uint32_t i = 0; i < other_maps; ++i) {
+    int fd;
+    if (!fd_at(true, &fd)) return bad("map " + std::to_string(i));
+    out.other_map_fds.push_back(fd);
+  }
   uint32_t count;
   if (!in.U32(&count) || count == 0 || count > kMaxPrograms) return bad("program count");
   for (uint32_t i = 0; i < count; ++i) {

@@ -60,6 +60,9 @@ struct LoadReply {
   int dev_stats_fd = -1;
   int origin_stats_fd = -1;
   int event_counts_fd = -1;
+  // The object's other maps (the in-flight table, .rodata, ...): the programs keep them alive
+  // anyway, but the daemon holds them too, so /proc/PID/fdinfo shows every map it uses.
+  std::vector<int> other_map_fds;
   std::vector<LoadedProgram> programs;
 };
 

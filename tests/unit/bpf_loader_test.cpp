@@ -18,6 +18,7 @@ LoadReply Loaded() {
   r.dev_stats_fd = 10;
   r.origin_stats_fd = 11;
   r.event_counts_fd = 12;
+  r.other_map_fds = {13};
   r.programs = {{"block_rq_issue", "tp_btf", 20, 30}, {"block_bio_queue", "tp_btf", 21, -1},
                 {"block_rq_complete", "tp_btf", 22, 31}};
   return r;
@@ -33,7 +34,7 @@ std::vector<int> Renumbered(const std::vector<int>& sent) {
 TEST(LoadReply, RoundTripGivesEveryReceivedDescriptorItsRole) {
   std::vector<int> sent;
   const std::string bytes = EncodeLoadReply(Loaded(), &sent);
-  EXPECT_EQ(sent, (std::vector<int>{10, 11, 12, 20, 30, 21, 22, 31}));
+  EXPECT_EQ(sent, (std::vector<int>{10, 11, 12, 13, 20, 30, 21, 22, 31}));
   LoadReply got;
   std::string error;
   ASSERT_TRUE(DecodeLoadReply(bytes, Renumbered(sent), &got, &error)) << error;
@@ -42,15 +43,16 @@ TEST(LoadReply, RoundTripGivesEveryReceivedDescriptorItsRole) {
   EXPECT_EQ(got.dev_stats_fd, 100);
   EXPECT_EQ(got.origin_stats_fd, 101);
   EXPECT_EQ(got.event_counts_fd, 102);
+  EXPECT_EQ(got.other_map_fds, std::vector<int>{103});
   ASSERT_EQ(got.programs.size(), 3u);
   EXPECT_EQ(got.programs[0].tracepoint, "block_rq_issue");
-  EXPECT_EQ(got.programs[0].prog_fd, 103);
-  EXPECT_EQ(got.programs[0].link_fd, 104);
+  EXPECT_EQ(got.programs[0].prog_fd, 104);
+  EXPECT_EQ(got.programs[0].link_fd, 105);
   EXPECT_EQ(got.programs[1].tracepoint, "block_bio_queue");
-  EXPECT_EQ(got.programs[1].prog_fd, 105);
+  EXPECT_EQ(got.programs[1].prog_fd, 106);
   EXPECT_EQ(got.programs[1].link_fd, -1);  // loaded, attached later by the parent
-  EXPECT_EQ(got.programs[2].prog_fd, 106);
-  EXPECT_EQ(got.programs[2].link_fd, 107);
+  EXPECT_EQ(got.programs[2].prog_fd, 107);
+  EXPECT_EQ(got.programs[2].link_fd, 108);
 }
 
 TEST(LoadReply, ErrorsKeepTheirKindAndText) {
