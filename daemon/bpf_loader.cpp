@@ -103,7 +103,6 @@ LoadReply Failure(ProbeError kind, std::string error) {
 // on success the skeleton is left open on purpose (its descriptors are what the child sends;
 // the child's exit closes its copies).
 LoadReply LoadHere(const ProbeOptions& options) {
-  libbpf_set_print(LibbpfPrint);
   TracepointLayout layout;
   std::string error;
   if (access(options.btf_path.c_str(), R_OK) != 0 || !ReadTracepointLayout(options.btf_path, &layout, &error)) {
@@ -272,9 +271,11 @@ bool SendReply(int sock, const std::string& bytes, const std::vector<int>& fds) 
   return sent == static_cast<ssize_t>(bytes.size());
 }
 
-[[noreturn]] void RunChild(int sock, const ProbeOptions& options) {
-  // Should the daemon die while we load, the loader goes too instead of holding programs alone.
+[[noreturn]] void RunChild(int sock, const ProbeOptions& options, pid_t parent) {
+  // Should the daemon die while we load, the loader goes too instead of holding programs alone
+  // (checked once more after the prctl: the daemon may have died before it).
   prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(1);
   LoadReply reply = LoadHere(options);
   std::vector<int> fds;
   std::string bytes = EncodeLoadReply(reply, &fds);
@@ -490,7 +491,11 @@ LoadReply LoadInChild(const ProbeOptions& options) {
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
     return Failure(ProbeError::kLoad, std::string("cannot create the BPF loader's socket: ") + strerror(errno));
+  // Both sides: the child's libbpf explains a failed load, the daemon's own calls (map reads)
+  // log through us instead of libbpf's raw default printer.
+  libbpf_set_print(LibbpfPrint);
   fflush(nullptr);  // nothing buffered is written twice
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
     const int err = errno;
@@ -500,7 +505,7 @@ LoadReply LoadInChild(const ProbeOptions& options) {
   }
   if (pid == 0) {
     close(sv[0]);
-    RunChild(sv[1], options);
+    RunChild(sv[1], options, parent);
   }
   close(sv[1]);
   std::string bytes, why;
