@@ -16,6 +16,7 @@
 #include <cstdarg>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <mutex>
 
 #include "log.h"
@@ -271,22 +272,34 @@ bool SendReply(int sock, const std::string& bytes, const std::vector<int>& fds) 
   return sent == static_cast<ssize_t>(bytes.size());
 }
 
+// The child's whole life after the fork. Nothing may unwind past it: an exception would carry
+// the child into the daemon's code below the fork, as a second daemon.
 [[noreturn]] void RunChild(int sock, const ProbeOptions& options, pid_t parent) {
   // Should the daemon die while we load, the loader goes too instead of holding programs alone
   // (checked once more after the prctl: the daemon may have died before it).
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(1);
-  LoadReply reply = LoadHere(options);
-  std::vector<int> fds;
-  std::string bytes = EncodeLoadReply(reply, &fds);
-  if (fds.size() > kMaxReplyFds || bytes.size() > kMaxReplyBytes) {
-    fds.clear();
-    bytes = EncodeLoadReply(Failure(ProbeError::kLoad, "the loader's reply is too large (" +
-                                                           std::to_string(reply.programs.size()) + " programs)"),
-                            &fds);
+  int code = 2;  // an exception even while answering: the parent reports this exit status
+  try {
+    LoadReply reply;
+    try {
+      reply = LoadHere(options);
+    } catch (const std::exception& e) {
+      reply = Failure(ProbeError::kLoad, std::string("the BPF loader failed: ") + e.what());
+    }
+    std::vector<int> fds;
+    std::string bytes = EncodeLoadReply(reply, &fds);
+    if (fds.size() > kMaxReplyFds || bytes.size() > kMaxReplyBytes) {
+      fds.clear();
+      bytes = EncodeLoadReply(Failure(ProbeError::kLoad, "the loader's reply is too large (" +
+                                                             std::to_string(reply.programs.size()) + " programs)"),
+                              &fds);
+    }
+    code = SendReply(sock, bytes, fds) ? 0 : 1;
+  } catch (...) {
   }
   // _exit, not exit: the parent's atexit handlers and stdio buffers are the parent's.
-  _exit(SendReply(sock, bytes, fds) ? 0 : 1);
+  _exit(code);
 }
 
 // One message from the child, its descriptors into *fds (close-on-exec). False with a reason
@@ -527,7 +540,6 @@ LoadReply LoadInChild(const ProbeOptions& options) {
   if (decoded) CloseReplyFds(&reply);
   return Failure(ProbeError::kLoad, "the BPF loader process (pid " + std::to_string(pid) + ") " + exit_text +
                                         (why.empty() ? "" : ": " + why));
-  return reply;
 }
 
 }  // namespace mergewatch
