@@ -404,6 +404,8 @@ int RunDaemon(const Config& config) {
   options.inflight_entries = config.inflight_entries;
   options.program_type = config.program_type;
   ProbeError kind = ProbeError::kNone;
+  // Forks the loader child (bpf_loader.h): keep this before the first thread (the HTTP server's),
+  // so the child is a copy of a single-threaded process with no lock held.
   std::unique_ptr<BpfProbes> probes = BpfProbes::Load(options, &kind, &error);
   if (!probes) {
     Fail(error, ExitCodeFor(kind));
