@@ -63,7 +63,8 @@ static __always_inline void MW_FN(read_bvec)(struct bio *bio, __u32 index, struc
  * The bio as one side of a merge (merge_rules.h). `need_offsets`: the queue has a virt
  * boundary, so where the data starts and ends in its pages matters.
  */
-static __always_inline void MW_FN(bio_side)(struct bio *bio, __u32 opf, bool need_offsets, struct mw_merge_side *b)
+static __always_inline void MW_FN(bio_side)(struct bio *bio, __u32 opf, bool need_offsets, __u32 max_segment_size,
+					    struct mw_merge_side *b)
 {
 	struct bio___with_crypt *crypt = (void *)bio;
 	struct bio___with_write_hint *hinted = (void *)bio;
@@ -93,18 +94,19 @@ static __always_inline void MW_FN(bio_side)(struct bio *bio, __u32 opf, bool nee
 		return;
 	}
 	/*
-	 * Segments: a bio built by the submitter has one bvec per segment or fewer segments
-	 * (bi_vcnt); clones and split bios (dm, md, block-layer splits) share the parent's
-	 * vector and have bi_vcnt 0 or a moved iterator: there the pages the data spans bound
-	 * the segments from above, so a merge is never claimed that the segment limit stops.
+	 * Segments, from above, so a merge is never claimed that the segment limit stops: a bio
+	 * built by the submitter from its bvecs and their sizes (mw_whole_bio_segments()); clones
+	 * and split bios (dm, md, block-layer splits) share the parent's vector and have bi_vcnt 0
+	 * or a moved iterator: there the pages the data spans.
 	 */
 	if (whole && !need_offsets) {
-		b->segments = vcnt;
+		b->segments = mw_whole_bio_segments(vcnt, bytes, max_segment_size);
 		return;
 	}
 	MW_FN(read_bvec)(bio, idx, &bv);
 	b->first_offset = bv.bv_offset + done;
-	b->segments = whole ? vcnt : ((b->first_offset & (MW_PAGE_SIZE - 1)) + bytes + MW_PAGE_SIZE - 1) / MW_PAGE_SIZE;
+	b->segments = whole ? mw_whole_bio_segments(vcnt, bytes, max_segment_size)
+			    : ((b->first_offset & (MW_PAGE_SIZE - 1)) + bytes + MW_PAGE_SIZE - 1) / MW_PAGE_SIZE;
 	if (whole) {
 		if (vcnt > 1) /* else the last bvec is the first, read above */
 			MW_FN(read_bvec)(bio, vcnt - 1, &bv);
@@ -167,7 +169,7 @@ static __always_inline bool MW_FN(missed_merge)(struct bio *bio, struct gendisk 
 	if (!slot || !scratch)
 		return false;
 	lim.virt_boundary_mask = MW_READ(q, limits.virt_boundary_mask);
-	MW_FN(bio_side)(bio, opf, lim.virt_boundary_mask != 0, &b);
+	MW_FN(bio_side)(bio, opf, lim.virt_boundary_mask != 0, MW_READ(q, limits.max_segment_size), &b);
 	if (plug)
 		plug_count = MW_READ(plug, rq_count);
 
@@ -246,7 +248,7 @@ static __always_inline void MW_FN(enter_scheduler)(struct request *rq, struct re
 		if (!first)
 			return;
 		opf = MW_READ(rq, cmd_flags);
-		MW_FN(bio_side)(first, opf, false, &entry->run);
+		MW_FN(bio_side)(first, opf, false, 0, &entry->run); /* segments: nr_phys_segments below */
 		entry->run.sector = start;
 		entry->run.sectors = sectors;
 		entry->run.segments = MW_READ(rq, nr_phys_segments);

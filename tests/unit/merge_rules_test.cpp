@@ -165,6 +165,28 @@ TEST(MergeRules, SegmentLimitCountsDiscardRangesApart) {
   EXPECT_EQ(Verdict(d, next, lim), MW_MERGE_SEGMENTS);
 }
 
+// A multi-page bvec is one bvec but as many segments as max_segment_size cuts it into.
+TEST(MergeRules, WholeBioSegmentsCountEachBvecCutByTheMaximumSegmentSize) {
+  constexpr uint32_t kLoopMax = 65536;
+  EXPECT_EQ(mw_whole_bio_segments(1, 4096, kLoopMax), 1u);      // the collapse's 4 KiB bio
+  EXPECT_EQ(mw_whole_bio_segments(1, 65536, kLoopMax), 1u);     // exactly one maximum segment
+  EXPECT_EQ(mw_whole_bio_segments(1, 65537, kLoopMax), 2u);
+  EXPECT_EQ(mw_whole_bio_segments(1, 1 << 20, kLoopMax), 16u);  // 1 MiB of contiguous pages
+  // 256 separate pages are 256 segments; how the bytes fall into bvecs is not read, so the
+  // bound is 15 above: it may refuse a merge the kernel makes (a miss not counted), never the reverse.
+  EXPECT_EQ(mw_whole_bio_segments(256, 1 << 20, kLoopMax), 271u);
+  // Two bvecs of 96 KiB: two segments each.
+  EXPECT_EQ(mw_whole_bio_segments(2, 2 * 98304, kLoopMax), 4u);
+  EXPECT_EQ(mw_whole_bio_segments(3, 0, kLoopMax), 3u);
+  EXPECT_EQ(mw_whole_bio_segments(4, 1 << 20, 0), 4u);  // no maximum known: the bvecs
+  // With the limit: a 1 MiB one-bvec request (16 segments) and the next one (16) fit in 128,
+  // eight such are 128, a ninth does not.
+  mw_merge_side rq = Read4k(0), bio = Read4k(8);
+  rq.segments = 8 * mw_whole_bio_segments(1, 1 << 20, kLoopMax);
+  bio.segments = mw_whole_bio_segments(1, 1 << 20, kLoopMax);
+  EXPECT_EQ(Verdict(rq, bio), MW_MERGE_SEGMENTS);
+}
+
 TEST(MergeRules, VirtBoundaryGapsRefuse) {
   mw_merge_limits lim = LoopLimits();
   lim.virt_boundary_mask = 4095;  // NVMe: the controller page
