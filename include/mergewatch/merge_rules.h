@@ -129,14 +129,13 @@ static __always_inline __u32 mw_max_sectors_for_op(const struct mw_merge_limits 
  * (bio_split_rw_at() -> bvec_split_segs()); contiguous bvecs joining only lowers the count. A
  * bvec of L bytes is at most ceil(L / max) = (L - 1) / max + 1 segments, so the bio at most
  * vcnt + (bytes - vcnt) / max. Loop devices have a 64 KiB maximum: 1 MiB of contiguous memory
- * is one bvec and 16 segments, and counting it as one claimed merges the segment limit stops
- * (make test saw 1596 "missed merges" on 1 MiB reads with nomerges=2 when the reads' buffers
- * were contiguous). A cut where a segment would cross seg_boundary_mask (4 GiB by default)
- * is not counted.
+ * is one bvec and 16 segments, and counting it as one could claim a merge the segment limit
+ * stops. A cut where a segment would cross seg_boundary_mask (4 GiB by default) is not counted.
+ * Runs for every new request: the usual bio (bytes within one maximum segment) skips the division.
  */
 static __always_inline __u32 mw_whole_bio_segments(__u32 vcnt, __u32 bytes, __u32 max_segment_size)
 {
-	if (max_segment_size == 0 || bytes <= vcnt)
+	if (max_segment_size == 0 || bytes <= vcnt || bytes - vcnt < max_segment_size)
 		return vcnt;
 	return vcnt + (bytes - vcnt) / max_segment_size;
 }
