@@ -44,10 +44,12 @@ endif
 .SECONDARY:
 .DEFAULT_GOAL := all
 
-LIB_SRCS  := $(filter-out daemon/main.cpp,$(wildcard daemon/*.cpp))
+# The daemon as a library: one folder per part (source/, topology/, detector/, metrics/, http/) and
+# the process's own glue at the top; main.cpp alone stays out of the library.
+LIB_SRCS  := $(filter-out daemon/main.cpp,$(wildcard daemon/*.cpp daemon/*/*.cpp))
 LIB_OBJS  := $(patsubst daemon/%.cpp,$(BUILD)/obj/%.o,$(LIB_SRCS))
 MAIN_OBJ  := $(BUILD)/obj/main.o
-UNIT_SRCS := $(wildcard tests/unit/*.cpp)
+UNIT_SRCS := $(wildcard tests/unit/*.cpp tests/unit/*/*.cpp)
 UNIT_OBJS := $(patsubst tests/unit/%.cpp,$(BUILD)/obj/unit/%.o,$(UNIT_SRCS))
 LIB       := $(BUILD)/libmergewatch.a
 DAEMON    := $(BUILD)/mergewatchd
@@ -189,10 +191,12 @@ $(SKEL): $(BPF_OBJ)
 
 $(BUILD)/obj/%.o: daemon/%.cpp | $(BUILD)/obj $(SKEL)
 	$(call msg,CXX,$@)
+	$(Q)mkdir -p $(@D)
 	$(Q)$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
 
 $(BUILD)/obj/unit/%.o: tests/unit/%.cpp | $(BUILD)/obj/unit $(SKEL)
 	$(call msg,CXX,$@)
+	$(Q)mkdir -p $(@D)
 	$(Q)$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
 
 $(LIB): $(LIB_OBJS)
@@ -249,4 +253,4 @@ clean:
 # Benchmark and reliability targets live in their own files.
 include mk/bench.mk mk/reliability.mk
 
--include $(BUILD)/mergewatch.bpf.d $(wildcard $(BUILD)/obj/*.d $(BUILD)/obj/unit/*.d)
+-include $(BUILD)/mergewatch.bpf.d $(wildcard $(BUILD)/obj/*.d $(BUILD)/obj/*/*.d $(BUILD)/obj/unit/*/*.d)

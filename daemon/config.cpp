@@ -6,7 +6,7 @@
 #include <regex>
 
 #include "exit_codes.h"
-#include "listen.h"
+#include "http/listen.h"
 
 #ifndef MERGEWATCH_VERSION
 #define MERGEWATCH_VERSION "0.0.0-dev"

@@ -7,7 +7,7 @@
 
 #include <linux/types.h>
 
-#include "detector.h"
+#include "detector/detector.h"
 #include "log.h"
 #include "mergewatch/abi.h"
 

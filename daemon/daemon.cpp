@@ -18,20 +18,20 @@
 #include <set>
 #include <string>
 
-#include "bpf_probes.h"
-#include "device_events.h"
-#include "device_namer.h"
+#include "source/bpf_probes.h"
+#include "topology/device_events.h"
+#include "topology/device_namer.h"
 #include "exit_codes.h"
-#include "exporter.h"
-#include "http_server.h"
-#include "exposition.h"
-#include "listen.h"
+#include "metrics/exporter.h"
+#include "http/http_server.h"
+#include "metrics/exposition.h"
+#include "http/listen.h"
 #include "log.h"
-#include "self_metrics.h"
+#include "metrics/self_metrics.h"
 #include "sd_notify.h"
-#include "state_metrics.h"
-#include "topology.h"
-#include "topology_namer.h"
+#include "metrics/state_metrics.h"
+#include "topology/topology.h"
+#include "topology/topology_namer.h"
 
 namespace mergewatch {
 namespace {

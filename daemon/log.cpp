@@ -6,7 +6,7 @@
 #include <ctime>
 #include <mutex>
 
-#include "exposition.h"
+#include "metrics/exposition.h"
 
 namespace mergewatch {
 namespace {

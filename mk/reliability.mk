@@ -60,10 +60,12 @@ $(ASAN_DIR)/obj $(ASAN_DIR)/obj/unit $(FUZZ_DIR)/obj:
 
 $(ASAN_DIR)/obj/%.o: daemon/%.cpp | $(ASAN_DIR)/obj $(SKEL)
 	$(call msg,CXX-ASAN,$@)
+	$(Q)mkdir -p $(@D)
 	$(Q)$(CXX) $(CPPFLAGS) $(CXXFLAGS) $(SANITIZE_FLAGS) $(SANITIZE_WARN) -c $< -o $@
 
 $(ASAN_DIR)/obj/unit/%.o: tests/unit/%.cpp | $(ASAN_DIR)/obj/unit $(SKEL)
 	$(call msg,CXX-ASAN,$@)
+	$(Q)mkdir -p $(@D)
 	$(Q)$(CXX) $(CPPFLAGS) $(CXXFLAGS) $(SANITIZE_FLAGS) $(SANITIZE_WARN) -c $< -o $@
 
 $(ASAN_UNIT_BIN): $(ASAN_UNIT_OBJS) $(ASAN_LIB_OBJS)
@@ -91,6 +93,7 @@ test-fuzz: $(FUZZ_BIN)
 
 $(FUZZ_DIR)/obj/%.o: daemon/%.cpp | $(FUZZ_DIR)/obj $(SKEL)
 	$(call msg,CXX-FUZZ,$@)
+	$(Q)mkdir -p $(@D)
 	$(Q)$(FUZZ_CXX) $(CPPFLAGS) $(CXXFLAGS) $(FUZZ_CXXFLAGS) -c $< -o $@
 
 $(FUZZ_DIR)/obj/topology_fuzz.o: tests/fuzz/topology_fuzz.cpp | $(FUZZ_DIR)/obj $(SKEL)
@@ -106,4 +109,4 @@ $(FUZZ_BIN): $(FUZZ_DIR)/obj/topology_fuzz.o $(FUZZ_LIB)
 	$(Q)$(FUZZ_CXX) $(CXXFLAGS) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $^ \
 		$(PKG_LIBS) -o $@
 
--include $(wildcard $(ASAN_DIR)/obj/*.d $(ASAN_DIR)/obj/unit/*.d $(FUZZ_DIR)/obj/*.d)
+-include $(wildcard $(ASAN_DIR)/obj/*.d $(ASAN_DIR)/obj/*/*.d $(ASAN_DIR)/obj/unit/*/*.d $(FUZZ_DIR)/obj/*.d $(FUZZ_DIR)/obj/*/*.d)

@@ -1,4 +1,4 @@
-// libFuzzer harness for the sysfs topology reader (daemon/topology.h).
+// libFuzzer harness for the sysfs topology reader (daemon/topology/topology.h).
 //
 // Each input is decoded into a small sysfs-like tree in a fresh temp dir, then
 // Topology::Scan, Dump, the graph queries, ResolveDevice and the pure parsers
@@ -34,7 +34,7 @@
 // /dev/shm when writable, else /tmp); MERGEWATCH_FUZZ_PRINT=1 prints each
 // input's Dump() and warnings (root shown as <root>, as in the golden files):
 //   MERGEWATCH_FUZZ_PRINT=1 build/fuzz/topology_fuzz -runs=0 build/fuzz/corpus/seed-loop
-#include "topology.h"
+#include "topology/topology.h"
 
 #include <fcntl.h>
 #include <ftw.h>

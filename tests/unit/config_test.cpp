@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "exit_codes.h"
-#include "listen.h"
+#include "http/listen.h"
 
 #include <unistd.h>
 

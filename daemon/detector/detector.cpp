@@ -1,0 +1,314 @@
+#include "detector/detector.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace mergewatch {
+namespace {
+
+constexpr uint32_t kOpRead = 0, kOpWrite = 1;  // REQ_OP_READ, REQ_OP_WRITE
+// Requests of at most 8 sectors (4 KiB): the buckets up to le="4096".
+constexpr uint32_t kSmallSlots = 12 - MW_SIZE_MIN_SHIFT + 1;
+
+double Ratio(double part, double whole) { return whole > 0 ? part / whole : 0; }
+
+std::string Percent(double share) {
+  char buf[16];
+  snprintf(buf, sizeof(buf), "%.0f%%", share * 100);
+  return buf;
+}
+
+std::string Number(double v, const char* format = "%.0f") {
+  char buf[32];
+  snprintf(buf, sizeof(buf), format, v);
+  return buf;
+}
+
+uint64_t Sub(uint64_t now, uint64_t then) { return now >= then ? now - then : now; }
+
+}  // namespace
+
+bool ParseDuration(const std::string& text, Duration* out) {
+  size_t digits = 0;
+  while (digits < text.size() && (isdigit(static_cast<unsigned char>(text[digits])) || text[digits] == '.')) ++digits;
+  if (digits == 0 || digits == text.size()) return false;
+  double value;
+  try {
+    value = std::stod(text.substr(0, digits));
+  } catch (const std::exception&) {
+    return false;
+  }
+  const std::string unit = text.substr(digits);
+  double seconds_per_unit;
+  if (unit == "ms") seconds_per_unit = 1e-3;
+  else if (unit == "s") seconds_per_unit = 1;
+  else if (unit == "m") seconds_per_unit = 60;
+  else if (unit == "h") seconds_per_unit = 3600;
+  else return false;
+  *out = Duration(static_cast<int64_t>(std::llround(value * seconds_per_unit * 1e9)));
+  return true;
+}
+
+bool ParseUpperRequirement(const std::string& text, UpperRequirement* out) {
+  if (text == "dm") *out = UpperRequirement::kDm;
+  else if (text == "any") *out = UpperRequirement::kAny;
+  else if (text == "none") *out = UpperRequirement::kNone;
+  else return false;
+  return true;
+}
+
+CollapseDetector::CollapseDetector(CollapsePolicy policy)
+    : policy_(std::move(policy)), lower_regex_(policy_.lower_devices, std::regex::extended) {}
+
+bool CollapseDetector::IsCandidate(const BlockDevice& device) const {
+  return !device.is_partition && std::regex_search(device.name, lower_regex_);
+}
+
+std::vector<CollapseEvent> CollapseDetector::Update(TimePoint now, const Snapshot& snapshot,
+                                                    const Topology& topology) {
+  Sample sample{now, {}};
+  // Data of a device's predecessor at the same major:minor (older diskseq) is not its own.
+  // A native NVMe multipath path disk's requests count under its head namespace.
+  const auto same_device = [&topology](uint32_t major, uint32_t minor, uint64_t diskseq) -> const BlockDevice* {
+    return topology.CountedUnder(major, minor, diskseq);
+  };
+  for (const auto& [key, stats] : snapshot.origins) {
+    const BlockDevice* device = same_device(key.major, key.minor, key.diskseq);
+    const BlockDevice* origin = topology.Find(key.origin_major, key.origin_minor);
+    if (device == nullptr || origin == nullptr || (key.op != kOpRead && key.op != kOpWrite)) continue;
+    sample.devices[device->name].origin_requests[origin->name] += stats.requests;
+  }
+  for (const auto& [key, stats] : snapshot.stats) {
+    const BlockDevice* device = same_device(key.major, key.minor, key.diskseq);
+    if (device == nullptr) continue;
+    Totals& t = sample.devices[device->name];
+    for (uint64_t v : stats.bio_size_slots) t.bios += v;
+    t.bio_bytes += stats.bio_size_sum_bytes;
+    if (key.op != kOpRead && key.op != kOpWrite) continue;  // flush/discard never merge like this
+    for (uint32_t i = 0; i < MW_SIZE_SLOTS; ++i) {
+      t.requests += stats.size_slots[i];
+      if (i < kSmallSlots) t.small_requests += stats.size_slots[i];
+    }
+    t.request_bytes += stats.size_sum_bytes;
+    t.missed += stats.missed_merges;
+    t.runs += stats.missed_merge_runs;
+    t.run_bytes += stats.missed_merge_run_bytes;
+    t.back_merges += stats.back_merges;
+    t.merges += stats.back_merges + stats.front_merges;
+  }
+  samples_.push_back(std::move(sample));
+  // Keep the newest sample at or before the window's start as the base of the deltas.
+  while (samples_.size() > 2 && samples_[1].time <= now - policy_.window) samples_.pop_front();
+
+  const Sample& base = samples_.front();
+  const Sample& current = samples_.back();
+  const double seconds = std::chrono::duration<double>(current.time - base.time).count();
+
+  std::map<std::string, Totals> deltas;
+  for (const auto& [name, totals] : current.devices) {
+    auto it = base.devices.find(name);
+    Totals before = it != base.devices.end() ? it->second : Totals{};
+    // A counter that went down means the device was re-created: count from zero.
+    if (totals.requests < before.requests || totals.bios < before.bios) before = Totals{};
+    Totals delta{Sub(totals.requests, before.requests), Sub(totals.small_requests, before.small_requests),
+                 Sub(totals.request_bytes, before.request_bytes), Sub(totals.missed, before.missed),
+                 Sub(totals.back_merges, before.back_merges), Sub(totals.merges, before.merges),
+                 Sub(totals.runs, before.runs), Sub(totals.run_bytes, before.run_bytes),
+                 Sub(totals.bios, before.bios), Sub(totals.bio_bytes, before.bio_bytes), {}};
+    for (const auto& [origin, count] : totals.origin_requests) {
+      auto was = before.origin_requests.find(origin);
+      delta.origin_requests[origin] = Sub(count, was != before.origin_requests.end() ? was->second : 0);
+    }
+    deltas[name] = std::move(delta);
+  }
+
+  std::vector<CollapseEvent> events;
+  std::map<std::string, DiskState> next;
+  for (const auto& [name, delta] : deltas) {
+    const BlockDevice* device = topology.FindByName(name);
+    if (device == nullptr || !IsCandidate(*device) || current.devices.at(name).requests == 0) continue;
+    DiskState state = disks_.count(name) ? disks_.at(name) : DiskState{};
+    state.evidence = Evaluate(name, delta, seconds, deltas, topology);
+    state.condition = seconds > 0 && Condition(state.evidence);
+    // The alert's upper label stays put while raised, and otherwise follows the upper
+    // device that last showed bios: a label that flips would end one series and start another.
+    if (!state.raised && (state.evidence.upper_mean_bio_bytes > 0 || state.upper.empty()))
+      state.upper = state.evidence.upper;
+    if (state.condition) {
+      state.has_healthy_since = false;
+      if (!state.has_condition_since) {
+        state.has_condition_since = true;
+        state.condition_since = now;
+      }
+      if (!state.raised && now - state.condition_since >= policy_.raise_after) {
+        state.raised = true;
+        state.upper = state.evidence.upper;
+        events.push_back({true, name, state.upper, Describe(true, name, state.evidence, topology)});
+      }
+    } else {
+      state.has_condition_since = false;
+      if (state.raised) {
+        if (!state.has_healthy_since) {
+          state.has_healthy_since = true;
+          state.healthy_since = now;
+        }
+        if (now - state.healthy_since >= policy_.clear_after) {
+          state.raised = false;
+          state.has_healthy_since = false;
+          events.push_back({false, name, state.upper, Describe(false, name, state.evidence, topology)});
+        }
+      }
+    }
+    next[name] = state;
+  }
+  // A disk that disappeared takes its state with it: nothing stays raised for a ghost.
+  for (const auto& [name, state] : disks_) {
+    if (state.raised && !next.count(name))
+      events.push_back({false, name, state.upper, "merge collapse cleared on " + name + ": device removed"});
+  }
+  disks_ = std::move(next);
+  return events;
+}
+
+CollapseEvidence CollapseDetector::Evaluate(const std::string& disk, const Totals& delta, double seconds,
+                                            const std::map<std::string, Totals>& deltas,
+                                            const Topology& topology) const {
+  CollapseEvidence e;
+  e.window_seconds = seconds;
+  e.requests = delta.requests;
+  e.requests_per_second = Ratio(static_cast<double>(delta.requests), seconds);
+  e.small_share = Ratio(static_cast<double>(delta.small_requests), static_cast<double>(delta.requests));
+  e.missed_share = Ratio(static_cast<double>(delta.missed), static_cast<double>(delta.requests));
+  e.merge_share = Ratio(static_cast<double>(delta.merges), static_cast<double>(delta.requests + delta.merges));
+  e.back_merges_per_second = Ratio(static_cast<double>(delta.back_merges), seconds);
+  e.mean_request_bytes = Ratio(static_cast<double>(delta.request_bytes), static_cast<double>(delta.requests));
+  e.runs_reported = delta.runs > 0;
+  if (e.runs_reported) {
+    e.merged_request_bytes = Ratio(static_cast<double>(delta.run_bytes), static_cast<double>(delta.runs));
+  } else if (delta.missed > 0) {
+    // Every run starts with a request that was not a missed merge: at least as many runs.
+    const uint64_t run_heads = delta.requests > delta.missed ? delta.requests - delta.missed : 1;
+    e.merged_request_bytes = e.mean_request_bytes * static_cast<double>(delta.requests) / static_cast<double>(run_heads);
+  }
+
+  // The upper device the disk's requests came from, by the remap chain: the device they
+  // were first submitted to (for an LVM snapshot the snapshot itself, not the -real/-cow
+  // layers its 4 KiB chunks pass through). Without remapped requests in the window, the
+  // upper device whose bios are largest.
+  uint64_t best_origin_requests = 0;
+  for (const std::string& upper : topology.UpperDevices(disk)) {
+    const BlockDevice* device = topology.FindByName(upper);
+    if (device == nullptr) continue;
+    const bool eligible = policy_.require_upper == UpperRequirement::kDm ? device->kind == DeviceKind::kDm
+                          : policy_.require_upper == UpperRequirement::kAny
+                              ? (device->kind == DeviceKind::kDm || device->kind == DeviceKind::kMd)
+                              : true;
+    if (!eligible) continue;
+    auto it = deltas.find(upper);
+    double mean = it != deltas.end() ? Ratio(static_cast<double>(it->second.bio_bytes),
+                                             static_cast<double>(it->second.bios))
+                                     : 0;
+    auto from = delta.origin_requests.find(upper);
+    const uint64_t origin_requests = from != delta.origin_requests.end() ? from->second : 0;
+    if (origin_requests > 0 || best_origin_requests > 0) {
+      if (origin_requests > best_origin_requests) {
+        best_origin_requests = origin_requests;
+        e.upper = upper;
+        e.upper_mean_bio_bytes = mean;
+        e.upper_request_share = Ratio(static_cast<double>(origin_requests), static_cast<double>(delta.requests));
+      }
+      continue;
+    }
+    // With no bios anywhere (yet), name the top of the stack rather than a layer inside it.
+    const bool on_top = device->holders.empty();
+    const BlockDevice* chosen = e.upper.empty() ? nullptr : topology.FindByName(e.upper);
+    if (e.upper.empty() || mean > e.upper_mean_bio_bytes ||
+        (mean == e.upper_mean_bio_bytes && on_top && chosen != nullptr && !chosen->holders.empty())) {
+      e.upper = upper;
+      e.upper_mean_bio_bytes = mean;
+    }
+  }
+  return e;
+}
+
+bool CollapseDetector::Condition(const CollapseEvidence& e) const {
+  if (e.requests_per_second < policy_.min_requests_per_second) return false;
+  if (e.missed_share < policy_.min_missed_share) return false;
+  if (e.merge_share > policy_.max_merge_share) return false;
+  // The harm is many requests where merging would have built few large ones, whatever the
+  // size of each: relative, so 8 and 16 KiB snapshot chunks count like 4 KiB ones, and
+  // requests already near the queue limits (runs capped there) never do.
+  if (e.merged_request_bytes < policy_.min_run_size_ratio * e.mean_request_bytes || e.mean_request_bytes <= 0)
+    return false;
+  const bool upper_is_larger =
+      e.upper_mean_bio_bytes >= policy_.min_upper_size_ratio * e.mean_request_bytes && e.upper_mean_bio_bytes > 0;
+  if (policy_.require_upper != UpperRequirement::kNone) return !e.upper.empty() && upper_is_larger;
+  // Without a required upper device, a stacked one that shows its bios still has to be larger.
+  return e.upper_mean_bio_bytes == 0 || upper_is_larger;
+}
+
+std::string CollapseDetector::Describe(bool onset, const std::string& disk, const CollapseEvidence& e,
+                                       const Topology& topology) const {
+  const BlockDevice* device = topology.FindByName(disk);
+  int nomerges = device != nullptr ? device->queue.nomerges : -1;
+  // A native NVMe multipath head is bio-based: merging happens in its path disks' queues,
+  // so theirs are the nomerges that matter (the same value on all, or the worst one).
+  std::vector<std::string> queues{disk};
+  if (device != nullptr && !device->multipath_paths.empty()) {
+    queues = device->multipath_paths;
+    nomerges = -1;
+    for (const std::string& path : queues) {
+      const BlockDevice* p = topology.FindByName(path);
+      if (p != nullptr) nomerges = std::max(nomerges, p->queue.nomerges);
+    }
+  }
+  std::string evidence = Number(e.requests_per_second) + " requests/s, " + Percent(e.missed_share) +
+                         " missed merges, " + Number(e.back_merges_per_second, "%.1f") +
+                         " back merges/s, mean request " + Number(e.mean_request_bytes) +
+                         " bytes where merging would have built " + Number(e.merged_request_bytes) + " (" +
+                         (e.runs_reported ? "contiguous runs" : "estimated from the missed share") + "), " +
+                         Percent(e.small_share) + " at most 4 KiB";
+  if (!e.upper.empty() && e.upper_request_share > 0)
+    evidence += ", " + Percent(e.upper_request_share) + " of them remapped from " + e.upper;
+  if (!e.upper.empty() && e.upper_mean_bio_bytes > 0)
+    evidence += ", " + e.upper + " receives " + Number(e.upper_mean_bio_bytes) + "-byte bios";
+  std::string where = disk + (e.upper.empty() ? "" : " (under " + e.upper + ")");
+  if (queues.size() > 1 || queues[0] != disk) {
+    where += " (multipath paths";
+    for (const std::string& q : queues) where += " " + q;
+    where += ")";
+  }
+  std::string queue_names, nomerges_path;
+  for (const std::string& q : queues) {
+    queue_names += (queue_names.empty() ? "" : ",") + q;
+    nomerges_path += (nomerges_path.empty() ? "" : " ") + ("/sys/block/" + q + "/queue/nomerges");
+  }
+  if (!onset) {
+    return "merge collapse cleared on " + where + ": " + evidence + "; nomerges=" + std::to_string(nomerges) +
+           " on " + queue_names;
+  }
+  std::string cause, remedy;
+  if (nomerges == 2) {
+    cause = "nomerges=2 on " + queue_names + " (the block layer attempts no merge at all)";
+    remedy = queues.size() == 1 ? "echo 0 > " + nomerges_path : "for q in " + nomerges_path + "; do echo 0 > $q; done";
+  } else if (nomerges >= 0) {
+    cause = "nomerges=" + std::to_string(nomerges) + " on " + queue_names +
+            " allows merging, yet contiguous requests went down separately: the bios may be marked "
+            "unmergeable (REQ_NOMERGE) by a layer above";
+    remedy = "check the stacking driver and kernel for a merge fix; nomerges is not the cause";
+  } else {
+    cause = "could not read " + nomerges_path;
+    remedy = "check " + nomerges_path;
+  }
+  return "merge collapse on " + where + ": " + evidence + ". Cause: " + cause + ". Remedy: " + remedy;
+}
+
+std::vector<DiskVerdict> CollapseDetector::Verdicts() const {
+  std::vector<DiskVerdict> out;
+  for (const auto& [name, state] : disks_)
+    out.push_back({name, state.condition, state.raised, state.upper, state.evidence});
+  return out;
+}
+
+}  // namespace mergewatch

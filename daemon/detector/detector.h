@@ -1,0 +1,133 @@
+// Merge-collapse detector: finds disks that dispatch small requests one by one although
+// contiguous neighbours could have been merged (the 2019 nomerges=2 incident), and never
+// fires on small I/O that simply cannot merge.
+//
+// Pure: it takes cumulative map snapshots, the topology and the time as inputs, so tests
+// drive it with synthetic snapshots and a fake clock.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "source/snapshot.h"
+#include "topology/topology.h"
+
+namespace mergewatch {
+
+using Duration = std::chrono::nanoseconds;
+using TimePoint = std::chrono::nanoseconds;  // monotonic time since an arbitrary epoch
+
+// "250ms", "10s", "2m", "1h" -> duration; false on anything else (no unit, negative, garbage).
+bool ParseDuration(const std::string& text, Duration* out);
+
+enum class UpperRequirement { kDm, kAny, kNone };
+bool ParseUpperRequirement(const std::string& text, UpperRequirement* out);
+
+struct CollapsePolicy {
+  std::string lower_devices = "^nvme";      // regex on the kernel name of candidate disks
+  UpperRequirement require_upper = UpperRequirement::kDm;
+  Duration window = std::chrono::seconds(10);
+  Duration raise_after = std::chrono::seconds(5);
+  Duration clear_after = std::chrono::seconds(30);
+  double min_requests_per_second = 50;      // an idle or nearly idle disk never fires
+  // Deprecated, ignored: the size rule is relative now (min_run_size_ratio), so that 8 and
+  // 16 KiB requests that should have been merged page like 4 KiB ones. Kept so that
+  // --collapse.min-small-share still parses.
+  double min_small_share = 0.8;
+  double min_missed_share = 0.5;            // share of requests that were a missed merge
+  double max_merge_share = 0.05;            // merged bios / (requests + merged bios): about zero
+  double min_upper_size_ratio = 4;          // upper mean bio size / lower mean request size
+  double min_run_size_ratio = 4;            // size merging would have built / mean request size
+};
+
+// What the detector saw on one disk over the window: the alert's evidence.
+struct CollapseEvidence {
+  double window_seconds = 0;
+  uint64_t requests = 0;
+  double requests_per_second = 0;
+  double small_share = 0;
+  double missed_share = 0;
+  double merge_share = 0;
+  double back_merges_per_second = 0;
+  double mean_request_bytes = 0;
+  // The size merging would have built: the mean contiguous run the missed merges formed
+  // (missed_merge_run_bytes / missed_merge_runs, capped by the queue limits in BPF). Without
+  // run data (runs_reported false), estimated as requests / (requests - missed) requests of
+  // the mean size: each run has one request that was not a missed merge, its first.
+  double merged_request_bytes = 0;
+  bool runs_reported = false;
+  // The upper device the disk's requests came from (block_bio_remap chain), or without
+  // remapped requests in the window the one with the largest bios; "" if none.
+  std::string upper;
+  double upper_mean_bio_bytes = 0;   // 0 when the upper device received no bios in the window
+  double upper_request_share = 0;    // share of the disk's requests remapped from upper
+};
+
+struct DiskVerdict {
+  std::string device;
+  bool condition = false;  // the collapse pattern holds over the current window
+  bool raised = false;     // after hysteresis: what the alert shows
+  std::string upper;       // the alert's upper label: fixed while raised
+  CollapseEvidence evidence;
+};
+
+// One onset or clear, with a line a person can act on.
+struct CollapseEvent {
+  bool onset = false;
+  std::string device;
+  std::string upper;
+  std::string message;
+};
+
+class CollapseDetector {
+ public:
+  explicit CollapseDetector(CollapsePolicy policy);
+
+  // Feeds the cumulative snapshot taken at `now` and returns the onsets and clears it caused.
+  std::vector<CollapseEvent> Update(TimePoint now, const Snapshot& snapshot, const Topology& topology);
+
+  // Every candidate disk that has data, sorted by name.
+  std::vector<DiskVerdict> Verdicts() const;
+  const CollapsePolicy& policy() const { return policy_; }
+
+ private:
+  struct Totals {  // cumulative, read and write summed
+    uint64_t requests = 0, small_requests = 0, request_bytes = 0, missed = 0, back_merges = 0, merges = 0;
+    uint64_t runs = 0, run_bytes = 0;
+    uint64_t bios = 0, bio_bytes = 0;
+    std::map<std::string, uint64_t> origin_requests;  // requests created here, by remap origin
+  };
+  struct Sample {
+    TimePoint time;
+    std::map<std::string, Totals> devices;
+  };
+  struct DiskState {
+    bool raised = false;
+    bool condition = false;
+    TimePoint condition_since{};
+    TimePoint healthy_since{};
+    bool has_condition_since = false;
+    bool has_healthy_since = false;
+    std::string upper;
+    CollapseEvidence evidence;
+  };
+
+  bool IsCandidate(const BlockDevice& device) const;
+  CollapseEvidence Evaluate(const std::string& disk, const Totals& delta, double seconds,
+                            const std::map<std::string, Totals>& deltas, const Topology& topology) const;
+  bool Condition(const CollapseEvidence& e) const;
+  std::string Describe(bool onset, const std::string& disk, const CollapseEvidence& e,
+                       const Topology& topology) const;
+
+  CollapsePolicy policy_;
+  std::regex lower_regex_;
+  std::deque<Sample> samples_;
+  std::map<std::string, DiskState> disks_;
+};
+
+}  // namespace mergewatch

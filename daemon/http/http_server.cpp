@@ -1,0 +1,320 @@
+#include "http/http_server.h"
+
+#include <gnutls/gnutls.h>
+#include <microhttpd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstdarg>
+#include <cstring>
+
+#include "http/listen.h"
+#include "log.h"
+
+namespace mergewatch {
+
+bool Gzip(const std::string& data, std::string* out) {
+  z_stream stream{};
+  // windowBits 15 + 16: a gzip header and trailer rather than zlib's. Level 1: on a scrape of 32
+  // devices (270 KB) it costs a third of the default level's CPU (0.45 against 1.4 ms) for a body
+  // 14% larger (27 against 24 KB), and the CPU is what every scrape pays (BENCHMARKS.md, issue 14).
+  if (deflateInit2(&stream, Z_BEST_SPEED, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) return false;
+  out->resize(deflateBound(&stream, data.size()) + 32);
+  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+  stream.avail_in = static_cast<uInt>(data.size());
+  stream.next_out = reinterpret_cast<Bytef*>(out->data());
+  stream.avail_out = static_cast<uInt>(out->size());
+  const int rc = deflate(&stream, Z_FINISH);
+  out->resize(stream.total_out);
+  deflateEnd(&stream);
+  return rc == Z_STREAM_END;
+}
+
+bool AcceptsGzip(const std::string& accept_encoding) {
+  size_t start = 0;
+  while (start <= accept_encoding.size()) {
+    size_t end = accept_encoding.find(',', start);
+    if (end == std::string::npos) end = accept_encoding.size();
+    std::string token = accept_encoding.substr(start, end - start);
+    std::string params;
+    if (const size_t semi = token.find(';'); semi != std::string::npos) {
+      params = token.substr(semi + 1);
+      token.resize(semi);
+    }
+    auto strip = [](std::string s) {
+      std::string r;
+      for (char c : s)
+        if (c != ' ' && c != '\t') r += static_cast<char>(tolower(static_cast<unsigned char>(c)));
+      return r;
+    };
+    token = strip(token);
+    params = strip(params);
+    if (token == "gzip" || token == "*") {
+      // q=0, q=0.0, q=0.000 mean "not acceptable".
+      const bool refused = params.rfind("q=0", 0) == 0 && params.find_first_not_of("0.", 3) == std::string::npos;
+      if (!refused) return true;
+    }
+    start = end + 1;
+  }
+  return false;
+}
+
+namespace {
+
+MHD_Response* TextResponse(const std::string& body, const char* content_type) {
+  MHD_Response* response =
+      MHD_create_response_from_buffer(body.size(), const_cast<char*>(body.data()), MHD_RESPMEM_MUST_COPY);
+  if (response != nullptr) MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+  return response;
+}
+
+// The response owns the string: a scrape's body is handed over, not copied.
+MHD_Response* TakeResponse(std::string body, const char* content_type) {
+  auto* owned = new std::string(std::move(body));
+  MHD_Response* response = MHD_create_response_from_buffer_with_free_callback_cls(
+      owned->size(), owned->data(), [](void* cls) { delete static_cast<std::string*>(cls); }, owned);
+  if (response == nullptr) {
+    delete owned;
+    return nullptr;
+  }
+  MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+  return response;
+}
+
+MHD_Result Send(MHD_Connection* connection, unsigned status, const std::string& body,
+                const char* content_type = "text/plain; charset=utf-8") {
+  MHD_Response* response = TextResponse(body, content_type);
+  if (response == nullptr) return MHD_NO;
+  const MHD_Result result = MHD_queue_response(connection, status, response);
+  MHD_destroy_response(response);
+  return result;
+}
+
+// libmicrohttpd's messages (failed TLS handshakes, refused connections) are the client's
+// problem, not the daemon's: debug level, so a scanner cannot flood the journal.
+void LogMhd(void*, const char* format, va_list args) {
+  if (!LogEnabled(LogLevel::kDebug)) return;
+  char line[512];
+  vsnprintf(line, sizeof(line), format, args);
+  std::string message(line);
+  while (!message.empty() && message.back() == '\n') message.pop_back();
+  LogDebug("http: " + message);
+}
+
+HttpServer::Conn* ConnOf(MHD_Connection* connection) {
+  const MHD_ConnectionInfo* info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  return info == nullptr ? nullptr : static_cast<HttpServer::Conn*>(info->socket_context);
+}
+
+// The client certificate check for client_auth_type; GnuTLS verifies against client_ca_file
+// (handed to libmicrohttpd as its trust list). An empty string means allowed.
+std::string ClientCertProblem(MHD_Connection* connection, ClientAuth policy) {
+  if (policy == ClientAuth::kNone) return "";
+  const MHD_ConnectionInfo* info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+  if (info == nullptr) return "no TLS session";
+  auto session = static_cast<gnutls_session_t>(info->tls_session);
+  unsigned count = 0;
+  if (gnutls_certificate_get_peers(session, &count) == nullptr || count == 0)
+    return policy == ClientAuth::kRequireAndVerify ? "no client certificate" : "";
+  unsigned status = 0;
+  if (gnutls_certificate_verify_peers2(session, &status) != GNUTLS_E_SUCCESS || status != 0)
+    return "client certificate not signed by client_ca_file";
+  return "";
+}
+
+}  // namespace
+
+struct HttpCallbacks {
+  static MHD_Result Access(void* cls, MHD_Connection* connection, const char* url, const char* method, const char*,
+                           const char*, size_t* upload_size, void** request_state) {
+    auto* server = static_cast<HttpServer*>(cls);
+    if (*request_state == nullptr) {  // headers complete
+      *request_state = server;
+      return MHD_YES;
+    }
+    // A body nobody asked for: dropped, and the deadline still runs (a body trickled in a byte at a
+    // time must not hold the connection), so only the answer below is exempt from it.
+    if (*upload_size != 0) {
+      *upload_size = 0;
+      return MHD_YES;
+    }
+    if (HttpServer::Conn* conn = ConnOf(connection)) {
+      std::lock_guard<std::mutex> lock(server->conns_mutex_);
+      conn->in_request = true;
+    }
+    return static_cast<MHD_Result>(server->Handle(connection, url, method, request_state));
+  }
+  static void Completed(void* cls, MHD_Connection* connection, void**, MHD_RequestTerminationCode) {
+    auto* server = static_cast<HttpServer*>(cls);
+    if (HttpServer::Conn* conn = ConnOf(connection)) {
+      std::lock_guard<std::mutex> lock(server->conns_mutex_);
+      conn->in_request = false;
+      conn->waiting_since = std::chrono::steady_clock::now();
+    }
+  }
+  static void Connection(void* cls, MHD_Connection* connection, void** socket_context,
+                         MHD_ConnectionNotificationCode code) {
+    auto* server = static_cast<HttpServer*>(cls);
+    std::lock_guard<std::mutex> lock(server->conns_mutex_);
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+      auto* conn = new HttpServer::Conn;
+      const MHD_ConnectionInfo* info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+      conn->fd = info != nullptr ? info->connect_fd : -1;
+      conn->waiting_since = std::chrono::steady_clock::now();
+      server->conns_.insert(conn);
+      *socket_context = conn;
+    } else if (*socket_context != nullptr) {
+      // libmicrohttpd closes the socket only after this returns: under conns_mutex_ the reaper
+      // never shuts down a descriptor number that was closed and reused.
+      auto* conn = static_cast<HttpServer::Conn*>(*socket_context);
+      server->conns_.erase(conn);
+      delete conn;
+      *socket_context = nullptr;
+    }
+  }
+};
+
+HttpServer::HttpServer(HttpOptions options, ScrapeHandler scrape)
+    : options_(std::move(options)), scrape_(std::move(scrape)), auth_(options_.web.users) {
+  landing_page_ = "<!DOCTYPE html>\n<html><head><title>mergewatch</title></head><body>\n"
+                  "<h1>mergewatch</h1>\n<p>Block I/O request sizes, latencies and merges from eBPF.</p>\n"
+                  "<p><a href=\"" + options_.telemetry_path + "\">Metrics</a></p>\n</body></html>\n";
+}
+
+std::unique_ptr<HttpServer> HttpServer::Start(const std::vector<int>& listen_fds, const HttpOptions& options,
+                                              ScrapeHandler scrape, std::string* error) {
+  std::unique_ptr<HttpServer> server(new HttpServer(options, std::move(scrape)));
+  const HttpOptions& o = server->options_;
+  // MHD_USE_ITC: MHD_quiesce_daemon needs it (see ~HttpServer).
+  unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG | MHD_USE_ITC;
+  if (o.web.tls()) flags |= MHD_USE_TLS;
+  size_t next_fd = 0;
+  for (; next_fd < listen_fds.size(); ++next_fd) {
+    std::vector<MHD_OptionItem> items = {
+        {MHD_OPTION_LISTEN_SOCKET, listen_fds[next_fd], nullptr},
+        {MHD_OPTION_THREAD_POOL_SIZE, o.limits.threads, nullptr},
+        {MHD_OPTION_CONNECTION_LIMIT, o.limits.connection_limit, nullptr},
+        {MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<intptr_t>(o.limits.connection_memory), nullptr},
+        // Inactivity: covers a client that stops reading its response. The reaper covers the rest.
+        {MHD_OPTION_CONNECTION_TIMEOUT, static_cast<intptr_t>(o.limits.request_timeout.count()), nullptr},
+        {MHD_OPTION_NOTIFY_COMPLETED, reinterpret_cast<intptr_t>(&HttpCallbacks::Completed), server.get()},
+        {MHD_OPTION_NOTIFY_CONNECTION, reinterpret_cast<intptr_t>(&HttpCallbacks::Connection), server.get()},
+        {MHD_OPTION_EXTERNAL_LOGGER, reinterpret_cast<intptr_t>(&LogMhd), nullptr},
+    };
+    if (o.web.tls()) {
+      items.push_back({MHD_OPTION_HTTPS_MEM_CERT, 0, const_cast<char*>(o.secrets.cert_pem.c_str())});
+      items.push_back({MHD_OPTION_HTTPS_MEM_KEY, 0, const_cast<char*>(o.secrets.key_pem.c_str())});
+      if (o.web.client_auth != ClientAuth::kNone)
+        items.push_back({MHD_OPTION_HTTPS_MEM_TRUST, 0, const_cast<char*>(o.secrets.client_ca_pem.c_str())});
+    }
+    items.push_back({MHD_OPTION_END, 0, nullptr});
+    const std::string name = SocketName(listen_fds[next_fd]);  // a failed start may close the socket
+    errno = 0;
+    MHD_Daemon* daemon = MHD_start_daemon(flags, 0, nullptr, nullptr, &HttpCallbacks::Access, server.get(),
+                                          MHD_OPTION_ARRAY, items.data(), MHD_OPTION_END);
+    if (daemon == nullptr) {
+      // errno is libmicrohttpd's last failed call (epoll_create, pthread_create...), when it set one.
+      const int cause = errno;
+      *error = "cannot start the HTTP server on " + name + (cause != 0 ? std::string(": ") + strerror(cause) : "") +
+               (o.web.tls() ? " (is the certificate or key in the web config malformed, or do they not match?)"
+                            : "");
+      break;
+    }
+    server->daemons_.push_back(daemon);
+  }
+  if (server->daemons_.size() != listen_fds.size()) {
+    // The failed one is libmicrohttpd's to close (it does); the ones after it were never handed over.
+    for (size_t i = next_fd + 1; i < listen_fds.size(); ++i) close(listen_fds[i]);
+    return nullptr;  // the destructor stops the daemons that did start
+  }
+  server->reaper_ = std::thread([s = server.get()] { s->ReapLoop(); });
+  return server;
+}
+
+HttpServer::~HttpServer() {
+  {
+    std::lock_guard<std::mutex> lock(reaper_mutex_);
+    stopping_ = true;
+  }
+  reaper_wake_.notify_all();
+  if (reaper_.joinable()) reaper_.join();
+  for (MHD_Daemon* daemon : daemons_) {
+    // Take the listening socket back first: MHD_stop_daemon would shutdown() it, and a socket
+    // systemd passed is shared with the .socket unit, which then fails ("Got POLLHUP on a
+    // listening socket", measured under systemd 252). Closing our descriptor leaves systemd's.
+    const MHD_socket listen_fd = MHD_quiesce_daemon(daemon);
+    if (listen_fd != MHD_INVALID_SOCKET) close(listen_fd);
+    // Joins its threads (no handler runs after it returns) and closes every connection.
+    MHD_stop_daemon(daemon);
+  }
+}
+
+void HttpServer::ReapLoop() {
+  std::unique_lock<std::mutex> wait_lock(reaper_mutex_);
+  while (!reaper_wake_.wait_for(wait_lock, std::chrono::milliseconds(500), [this] { return stopping_; })) {
+    const auto deadline = std::chrono::steady_clock::now() - options_.limits.request_timeout;
+    std::lock_guard<std::mutex> lock(conns_mutex_);
+    for (Conn* conn : conns_) {
+      if (conn->in_request || conn->cut || conn->fd < 0 || conn->waiting_since > deadline) continue;
+      // shutdown, not close: the descriptor stays libmicrohttpd's, its event loop sees the end
+      // of the stream and closes the connection itself.
+      shutdown(conn->fd, SHUT_RDWR);
+      conn->cut = true;
+    }
+  }
+}
+
+int HttpServer::Handle(MHD_Connection* connection, const char* url, const char* method, void**) {
+  if (options_.web.tls()) {
+    const std::string problem = ClientCertProblem(connection, options_.web.client_auth);
+    if (!problem.empty()) {
+      LogDebug(std::string("http: refused: ") + problem);
+      return Send(connection, MHD_HTTP_FORBIDDEN, "403 Forbidden: " + problem + "\n");
+    }
+  }
+  if (auth_.enabled()) {
+    char* password = nullptr;
+    char* user = MHD_basic_auth_get_username_password(connection, &password);
+    const bool ok = user != nullptr && password != nullptr && auth_.Check(user, password);
+    if (user != nullptr) MHD_free(user);
+    if (password != nullptr) {
+      explicit_bzero(password, strlen(password));
+      MHD_free(password);
+    }
+    if (!ok) {
+      MHD_Response* response = TextResponse("401 Unauthorized\n", "text/plain; charset=utf-8");
+      if (response == nullptr) return MHD_NO;
+      const MHD_Result result = MHD_queue_basic_auth_fail_response(connection, "mergewatch", response);
+      MHD_destroy_response(response);
+      return result;
+    }
+  }
+  const std::string path = url;
+  if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0) {
+    MHD_Response* response = TextResponse("405 method not allowed\n", "text/plain; charset=utf-8");
+    if (response == nullptr) return MHD_NO;
+    MHD_add_response_header(response, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+    const MHD_Result result = MHD_queue_response(connection, MHD_HTTP_METHOD_NOT_ALLOWED, response);
+    MHD_destroy_response(response);
+    return result;
+  }
+  if (path == "/") return Send(connection, MHD_HTTP_OK, landing_page_, "text/html; charset=utf-8");
+  if (path != options_.telemetry_path) return Send(connection, MHD_HTTP_NOT_FOUND, "404 page not found\n");
+
+  std::string body = scrape_();
+  const char* accept = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT_ENCODING);
+  std::string compressed;
+  const bool gzip = accept != nullptr && AcceptsGzip(accept) && Gzip(body, &compressed);
+  MHD_Response* response =
+      TakeResponse(gzip ? std::move(compressed) : std::move(body), "text/plain; version=0.0.4; charset=utf-8");
+  if (response == nullptr) return MHD_NO;
+  if (gzip) MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_ENCODING, "gzip");
+  MHD_add_response_header(response, MHD_HTTP_HEADER_VARY, MHD_HTTP_HEADER_ACCEPT_ENCODING);
+  const MHD_Result result = MHD_queue_response(connection, MHD_HTTP_OK, response);
+  MHD_destroy_response(response);
+  return result;
+}
+
+}  // namespace mergewatch

@@ -1,0 +1,93 @@
+// The HTTP endpoint, on GNU libmicrohttpd: a fixed pool of event-loop threads (epoll) serves
+// every connection, so idle or byte-at-a-time clients cost a socket and a little memory,
+// never a thread (civetweb, used before, holds a thread per connection: 4 idle connections
+// starved it). TLS (GnuTLS) and basic auth come from the exporter-toolkit web config.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "http/web_config.h"
+
+struct MHD_Daemon;
+struct MHD_Connection;
+
+namespace mergewatch {
+
+struct HttpLimits {
+  // A connection has this long, from accept or from the end of its previous response, to
+  // send a complete request; then it is closed. This is what cuts off clients that trickle
+  // bytes (an inactivity timeout alone never fires for them) and idle keep-alive connections.
+  std::chrono::seconds request_timeout{10};
+  // Connections open at once, per listening socket; more are refused until some close.
+  unsigned connection_limit = 2048;
+  // Memory for one connection's request headers and response headers (libmicrohttpd's pool).
+  size_t connection_memory = 16 * 1024;
+  // Event-loop threads per listening socket.
+  unsigned threads = 2;
+};
+
+struct HttpOptions {
+  std::string telemetry_path = "/metrics";
+  WebConfig web;
+  WebSecrets secrets;
+  HttpLimits limits;
+};
+
+// Renders the exposition text for one scrape. Must not throw.
+using ScrapeHandler = std::function<std::string()>;
+
+// gzip (RFC 1952) of `data`; false if zlib fails.
+bool Gzip(const std::string& data, std::string* out);
+
+// Whether an Accept-Encoding header value accepts gzip (a "gzip" token not given q=0).
+bool AcceptsGzip(const std::string& accept_encoding);
+
+class HttpServer {
+ public:
+  // Serves on the given listening sockets (taking ownership of them). nullptr with `error`
+  // when libmicrohttpd refuses (bad certificate or key, for one).
+  static std::unique_ptr<HttpServer> Start(const std::vector<int>& listen_fds, const HttpOptions& options,
+                                           ScrapeHandler scrape, std::string* error);
+  // Stops accepting, closes every connection and returns once no handler runs any more.
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Per-connection state, for the request deadline.
+  struct Conn {
+    int fd = -1;
+    std::chrono::steady_clock::time_point waiting_since;
+    bool in_request = false;  // a request is being answered: its response is never cut
+    bool cut = false;
+  };
+
+ private:
+  HttpServer(HttpOptions options, ScrapeHandler scrape);
+  void ReapLoop();
+  int Handle(MHD_Connection* connection, const char* url, const char* method, void** request_state);
+
+  friend struct HttpCallbacks;
+  const HttpOptions options_;
+  const ScrapeHandler scrape_;
+  BasicAuth auth_;
+  std::string landing_page_;
+  std::vector<MHD_Daemon*> daemons_;
+  std::vector<int> fds_;
+
+  std::mutex conns_mutex_;
+  std::set<Conn*> conns_;
+  std::mutex reaper_mutex_;
+  std::condition_variable reaper_wake_;
+  bool stopping_ = false;
+  std::thread reaper_;
+};
+
+}  // namespace mergewatch

@@ -1,0 +1,297 @@
+#include "metrics/exporter.h"
+
+#include <cmath>
+#include <map>
+#include <tuple>
+#include <utility>
+
+#include "topology/block_ids.h"
+#include "log.h"
+
+namespace mergewatch {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+MetricFamily Family(const std::string& name, const std::string& help, MetricType type) {
+  MetricFamily family;
+  family.name = name;
+  family.help = help;
+  family.type = type;
+  return family;
+}
+
+ClientMetric Labeled(std::vector<ClientMetric::Label> labels) {
+  ClientMetric metric;
+  metric.label = std::move(labels);
+  return metric;
+}
+
+ClientMetric GaugeValue(std::vector<ClientMetric::Label> labels, double value) {
+  ClientMetric metric = Labeled(std::move(labels));
+  metric.gauge.value = value;
+  return metric;
+}
+
+ClientMetric CounterValue(std::vector<ClientMetric::Label> labels, double value) {
+  ClientMetric metric = Labeled(std::move(labels));
+  metric.counter.value = value;
+  return metric;
+}
+
+constexpr double kNanosecondsPerSecond = 1e9;
+
+const char* const kCounterNames[MW_CNT_MAX] = {"inflight_map_full", "device_map_full", "complete_without_issue",
+                                               "request_without_disk", "origin_map_full", "flush", "passthrough"};
+
+// One sysfs lookup per device and scrape, however many ops and origins it has.
+class ScrapeNames {
+ public:
+  explicit ScrapeNames(DeviceNamer& namer) : namer_(namer) {}
+  std::optional<std::string> Of(uint32_t major, uint32_t minor, uint64_t diskseq) {
+    auto key = std::make_tuple(major, minor, diskseq);
+    auto it = memo_.find(key);
+    if (it == memo_.end()) it = memo_.emplace(key, namer_.NameOf(major, minor, diskseq)).first;
+    return it->second;
+  }
+
+ private:
+  DeviceNamer& namer_;
+  std::map<std::tuple<uint32_t, uint32_t, uint64_t>, std::optional<std::string>> memo_;
+};
+
+}  // namespace
+
+namespace {
+
+// The upper bounds of the slots but the last, computed once per scrape for all histograms of a kind.
+std::vector<double> Log2Bounds(size_t slot_count, int min_shift, double per_unit) {
+  std::vector<double> bounds;
+  bounds.reserve(slot_count - 1);
+  for (size_t i = 0; i + 1 < slot_count; ++i) bounds.push_back(std::ldexp(1.0, min_shift + static_cast<int>(i)) / per_unit);
+  return bounds;
+}
+
+// slots has bounds.size() + 1 entries.
+void FillLog2Histogram(const __u64* slots, const std::vector<double>& bounds, uint64_t sum, double per_unit,
+                       ClientMetric::Histogram* histogram) {
+  histogram->bucket.resize(bounds.size());
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < bounds.size(); ++i) {
+    cumulative += slots[i];
+    histogram->bucket[i] = {cumulative, bounds[i]};
+  }
+  // The serializer appends le="+Inf" = sample_count; it includes the overflow slot.
+  histogram->sample_count = cumulative + slots[bounds.size()];
+  histogram->sample_sum = static_cast<double>(sum) / per_unit;
+}
+
+}  // namespace
+
+ClientMetric::Histogram Log2Histogram(const __u64* slots, size_t slot_count, uint64_t sum, int min_shift,
+                                      double per_unit) {
+  ClientMetric::Histogram histogram;
+  FillLog2Histogram(slots, Log2Bounds(slot_count, min_shift, per_unit), sum, per_unit, &histogram);
+  return histogram;
+}
+
+std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNamer& namer,
+                                              const DaemonStatus& status) {
+  // (device, op label) -> summed stats; std::map keeps the output order stable.
+  std::map<std::pair<std::string, std::string>, mw_dev_stats> by_label;
+  std::map<std::pair<uint32_t, uint32_t>, bool> unresolved;
+  ScrapeNames names(namer);
+  for (const auto& [key, stats] : snapshot.stats) {
+    std::optional<std::string> name = names.Of(key.major, key.minor, key.diskseq);
+    if (!name) {
+      unresolved[{key.major, key.minor}] = true;
+      continue;
+    }
+    auto [it, inserted] = by_label.try_emplace({*name, OpLabel(key.op)}, mw_dev_stats{});
+    AccumulateStats(stats, &it->second);
+  }
+
+  MetricFamily size = Family("mergewatch_request_size_bytes",
+                             "Size of each request dispatched to the driver (block_rq_issue).",
+                             MetricType::Histogram);
+  MetricFamily latency = Family("mergewatch_request_latency_seconds",
+                                "Device time of each request, from dispatch (block_rq_issue) to its final completion.",
+                                MetricType::Histogram);
+  MetricFamily queue_latency =
+      Family("mergewatch_request_queue_latency_seconds",
+             "Time from scheduler insert (block_rq_insert) to dispatch; only requests that were inserted.",
+             MetricType::Histogram);
+  MetricFamily bio_size = Family("mergewatch_bio_size_bytes",
+                                 "Size of each bio a bio-based device (dm, md) received (block_bio_queue).",
+                                 MetricType::Histogram);
+  MetricFamily merges = Family("mergewatch_bio_merges_total",
+                               "Bios merged into an existing request (block_bio_backmerge/frontmerge).",
+                               MetricType::Counter);
+  MetricFamily missed = Family("mergewatch_missed_merges_total",
+                               "New requests for bios the kernel could have back-merged and did not: contiguous with the "
+                               "newest request of the same queue in the submitting task's plug, or with a request in the "
+                               "I/O scheduler, and mergeable by the kernel's rules (flags, cgroup, priority, limits).",
+                               MetricType::Counter);
+  MetricFamily missed_runs = Family("mergewatch_missed_merge_runs_total",
+                                    "Runs of contiguous mergeable bios (one plug or scheduler queue) that held at "
+                                    "least one missed merge: the requests merging would have built.",
+                                    MetricType::Counter);
+  MetricFamily missed_run_bytes = Family("mergewatch_missed_merge_run_bytes_total",
+                                         "Bytes of those runs, each capped by the queue limits: divided by "
+                                         "mergewatch_missed_merge_runs_total, the request size merging would have built.",
+                                         MetricType::Counter);
+
+  // Every series is built in place in its family's vector, which never grows past its first
+  // allocation; the bounds are the same for every histogram of a kind.
+  for (MetricFamily* f : {&size, &latency, &queue_latency, &bio_size, &missed, &missed_runs, &missed_run_bytes})
+    f->metric.reserve(by_label.size());
+  merges.metric.reserve(2 * by_label.size());
+  const std::vector<double> size_bounds = Log2Bounds(MW_SIZE_SLOTS, MW_SIZE_MIN_SHIFT, 1.0);
+  const std::vector<double> latency_bounds = Log2Bounds(MW_LAT_SLOTS, MW_LAT_MIN_SHIFT, kNanosecondsPerSecond);
+  const auto add = [](MetricFamily* family, const std::vector<ClientMetric::Label>& labels) -> ClientMetric& {
+    family->metric.emplace_back();
+    family->metric.back().label = labels;
+    return family->metric.back();
+  };
+  std::vector<ClientMetric::Label> base(2), with_kind(3);
+  base[0].name = with_kind[0].name = "device";
+  base[1].name = with_kind[1].name = "op";
+  with_kind[2].name = "kind";
+  for (const auto& [labels, stats] : by_label) {
+    base[0].value = with_kind[0].value = labels.first;
+    base[1].value = with_kind[1].value = labels.second;
+    uint64_t issued = 0, bios = 0;
+    for (uint64_t v : stats.size_slots) issued += v;
+    for (uint64_t v : stats.bio_size_slots) bios += v;
+
+    // Request-based devices have dispatches; bio-based ones only bios. Emit what the device has.
+    if (issued > 0) {
+      FillLog2Histogram(stats.size_slots, size_bounds, stats.size_sum_bytes, 1.0, &add(&size, base).histogram);
+      FillLog2Histogram(stats.latency_slots, latency_bounds, stats.latency_sum_ns, kNanosecondsPerSecond,
+                        &add(&latency, base).histogram);
+      // Only requests that went through block_rq_insert have a queue time: with the none
+      // scheduler that is almost none, and 30 empty series per device are not worth a scrape.
+      uint64_t queued = 0;
+      for (uint64_t v : stats.queue_latency_slots) queued += v;
+      if (queued > 0)
+        FillLog2Histogram(stats.queue_latency_slots, latency_bounds, stats.queue_latency_sum_ns,
+                          kNanosecondsPerSecond, &add(&queue_latency, base).histogram);
+      add(&missed, base).counter.value = static_cast<double>(stats.missed_merges);
+      add(&missed_runs, base).counter.value = static_cast<double>(stats.missed_merge_runs);
+      add(&missed_run_bytes, base).counter.value = static_cast<double>(stats.missed_merge_run_bytes);
+    }
+    if (issued > 0 || stats.back_merges > 0 || stats.front_merges > 0) {
+      with_kind[2].value = "back";
+      add(&merges, with_kind).counter.value = static_cast<double>(stats.back_merges);
+      with_kind[2].value = "front";
+      add(&merges, with_kind).counter.value = static_cast<double>(stats.front_merges);
+    }
+    if (bios > 0)
+      FillLog2Histogram(stats.bio_size_slots, size_bounds, stats.bio_size_sum_bytes, 1.0,
+                        &add(&bio_size, base).histogram);
+  }
+
+  MetricFamily remapped = Family("mergewatch_remapped_requests_total",
+                                 "Requests created at the device for bios first submitted to origin, a device "
+                                 "stacked above it (block_bio_remap chain): which dm/md device its requests come from.",
+                                 MetricType::Counter);
+  MetricFamily remapped_missed = Family("mergewatch_remapped_missed_merges_total",
+                                        "Of mergewatch_remapped_requests_total, the requests that were missed merges.",
+                                        MetricType::Counter);
+  std::map<std::tuple<std::string, std::string, std::string>, mw_origin_stats> by_origin;
+  for (const auto& [key, stats] : snapshot.origins) {
+    std::optional<std::string> device = names.Of(key.major, key.minor, key.diskseq);
+    std::optional<std::string> origin = names.Of(key.origin_major, key.origin_minor, 0);
+    // A multipath path's requests come remapped from its own head, under whose name they
+    // already count: that is no stacked device, and "origin = device" would say nothing.
+    if (!device || !origin || *device == *origin) continue;
+    mw_origin_stats& total = by_origin[{*device, *origin, OpLabel(key.op)}];
+    total.requests += stats.requests;
+    total.missed_merges += stats.missed_merges;
+  }
+  for (const auto& [labels, stats] : by_origin) {
+    std::vector<ClientMetric::Label> l = {
+        {"device", std::get<0>(labels)}, {"origin", std::get<1>(labels)}, {"op", std::get<2>(labels)}};
+    remapped.metric.push_back(CounterValue(l, static_cast<double>(stats.requests)));
+    remapped_missed.metric.push_back(CounterValue(l, static_cast<double>(stats.missed_merges)));
+  }
+
+  MetricFamily build = Family("mergewatch_build_info", "Version of mergewatchd and the kernel it runs on.",
+                              MetricType::Gauge);
+  build.metric.push_back(GaugeValue({{"version", status.version}, {"kernel", status.kernel_release}}, 1));
+
+  MetricFamily programs = Family("mergewatch_bpf_program_attached",
+                                 "1 if the BPF program on this tracepoint is attached, 0 if attaching failed or it "
+                                 "is not needed now (block_bio_queue: no dm/md device stacked); mode is tp_btf or "
+                                 "raw_tp.",
+                                 MetricType::Gauge);
+  for (const ProgramStatus& p : snapshot.programs)
+    programs.metric.push_back(GaugeValue({{"tracepoint", p.tracepoint}, {"mode", p.mode}}, p.attached ? 1 : 0));
+
+  MetricFamily events = Family("mergewatch_bpf_events_dropped_total",
+                               "Events the BPF programs could not account, by reason. complete_without_issue counts "
+                               "data completions whose dispatch was not seen (requests in flight when the daemon "
+                               "started); program_nested counts runs the kernel skipped because the same program was "
+                               "already running on that CPU (an interrupt's completion on top of another); flushes and "
+                               "passthrough commands are not in it.",
+                               MetricType::Counter);
+  for (int i = 0; i < MW_CNT_FIRST_NOT_LOST; ++i)
+    events.metric.push_back(
+        CounterValue({{"reason", kCounterNames[i]}}, static_cast<double>(snapshot.event_counts[i])));
+  events.metric.push_back(
+      CounterValue({{"reason", "program_nested"}}, static_cast<double>(snapshot.nested_runs_skipped)));
+  MetricFamily not_io = Family("mergewatch_non_io_requests_total",
+                               "Requests dispatched that are not block I/O and are in no size or latency histogram: "
+                               "flush (REQ_OP_FLUSH, empty flushes and the flush sequences of FUA/PREFLUSH writes), "
+                               "passthrough (SG_IO, NVMe admin and ioctl commands).",
+                               MetricType::Counter);
+  for (int i = MW_CNT_FIRST_NOT_LOST; i < MW_CNT_MAX; ++i)
+    not_io.metric.push_back(CounterValue({{"kind", kCounterNames[i]}}, static_cast<double>(snapshot.event_counts[i])));
+
+  MetricFamily capacity = Family("mergewatch_bpf_inflight_capacity",
+                                 "Slots of the in-flight table (--bpf.inflight-entries rounded up to a power of two); "
+                                 "each request may use one of two, a request finding both busy is not counted (inflight_map_full).",
+                                 MetricType::Gauge);
+  capacity.metric.push_back(GaugeValue({}, status.inflight_capacity));
+
+  MetricFamily unresolved_family = Family("mergewatch_unresolved_devices",
+                                          "Devices with BPF data but no entry in sysfs now (removed, or a wrong "
+                                          "--path.sysfs); their series are not exported.",
+                                          MetricType::Gauge);
+  unresolved_family.metric.push_back(GaugeValue({}, static_cast<double>(unresolved.size())));
+
+  std::vector<MetricFamily> families;
+  families.reserve(17);  // and the collector's scrape errors
+  for (MetricFamily* f : {&size, &latency, &queue_latency, &bio_size, &merges, &missed, &missed_runs,
+                          &missed_run_bytes, &remapped, &remapped_missed, &build, &programs, &events, &not_io,
+                          &capacity, &unresolved_family})
+    families.push_back(std::move(*f));
+  return families;
+}
+
+MetricsCollector::MetricsCollector(SnapshotSource& source, TopologyNames& names, DaemonStatus status)
+    : source_(source), names_(names), status_(std::move(status)) {}
+
+std::vector<MetricFamily> MetricsCollector::Collect() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<MetricFamily> families;
+  try {
+    const Snapshot snapshot = source_.Read();
+    // Decided after the map read, the slow part: as close to the names' use as it can be.
+    TopologyNamer namer = names_.ForScrape();
+    families = BuildMetricFamilies(snapshot, namer, status_);
+  } catch (const std::exception& e) {
+    ++scrape_errors_;
+    LogError(std::string("scrape failed: ") + e.what());
+    families.clear();
+  }
+  MetricFamily errors = Family("mergewatch_scrape_errors_total",
+                               "Scrapes that failed to read the BPF maps; the log says why.", MetricType::Counter);
+  errors.metric.push_back(CounterValue({}, static_cast<double>(scrape_errors_)));
+  families.push_back(std::move(errors));
+  return families;
+}
+
+}  // namespace mergewatch

@@ -1,0 +1,144 @@
+#include "metrics/state_metrics.h"
+
+#include <initializer_list>
+#include <utility>
+
+namespace mergewatch {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+MetricFamily GaugeFamily(const std::string& name, const std::string& help) {
+  MetricFamily family;
+  family.name = name;
+  family.help = help;
+  family.type = MetricType::Gauge;
+  return family;
+}
+
+void AddGauge(MetricFamily* family, std::vector<ClientMetric::Label> labels, double value) {
+  ClientMetric metric;
+  metric.label = std::move(labels);
+  metric.gauge.value = value;
+  family->metric.push_back(std::move(metric));
+}
+
+// A braced list of families would be copied, every series with it.
+std::vector<MetricFamily> Moved(std::initializer_list<MetricFamily*> families) {
+  std::vector<MetricFamily> out;
+  out.reserve(families.size());
+  for (MetricFamily* f : families) out.push_back(std::move(*f));
+  return out;
+}
+
+}  // namespace
+
+std::vector<MetricFamily> TopologyFamilies(const Topology& topology) {
+  MetricFamily info = GaugeFamily("mergewatch_device_info",
+                                  "Block device from sysfs: kind (nvme, scsi, virtio, loop, dm, md, other), whole "
+                                  "disk, dm name and LVM volume group/volume/layer where present. Always 1.");
+  MetricFamily holders = GaugeFamily("mergewatch_device_holder_info",
+                                     "Stacking edge: holder is built on device (sysfs holders/). Always 1.");
+  MetricFamily nomerges = GaugeFamily("mergewatch_queue_nomerges",
+                                      "queue/nomerges: 0 all merges, 1 simple merges only, 2 no merging at all.");
+  MetricFamily max_sectors = GaugeFamily("mergewatch_queue_max_sectors_bytes",
+                                         "queue/max_sectors_kb in bytes: the largest request merging may build.");
+  MetricFamily max_segments = GaugeFamily("mergewatch_queue_max_segments", "queue/max_segments.");
+  MetricFamily rotational = GaugeFamily("mergewatch_queue_rotational", "queue/rotational: 1 for spinning disks.");
+  MetricFamily scheduler = GaugeFamily("mergewatch_queue_scheduler_info", "The active I/O scheduler. Always 1.");
+
+  for (MetricFamily* f : {&info, &nomerges, &max_sectors, &max_segments, &rotational, &scheduler})
+    f->metric.reserve(topology.devices().size());
+  for (const BlockDevice& d : topology.devices()) {
+    AddGauge(&info,
+             {{"device", d.name},
+              {"kind", DeviceKindName(d.kind)},
+              {"disk", d.disk},
+              {"dm_name", d.dm_name},
+              {"lvm_vg", d.lvm_vg},
+              {"lvm_lv", d.lvm_lv},
+              {"lvm_layer", d.lvm_layer}},
+             1);
+    for (const std::string& holder : d.holders) AddGauge(&holders, {{"device", d.name}, {"holder", holder}}, 1);
+    if (d.is_partition) continue;  // queue settings belong to the whole disk
+    if (d.queue.nomerges >= 0) AddGauge(&nomerges, {{"device", d.name}}, d.queue.nomerges);
+    if (d.queue.max_sectors_kb > 0)
+      AddGauge(&max_sectors, {{"device", d.name}}, static_cast<double>(d.queue.max_sectors_kb) * 1024);
+    if (d.queue.max_segments > 0) AddGauge(&max_segments, {{"device", d.name}}, d.queue.max_segments);
+    if (d.queue.rotational >= 0) AddGauge(&rotational, {{"device", d.name}}, d.queue.rotational);
+    if (!d.queue.scheduler.empty())
+      AddGauge(&scheduler, {{"device", d.name}, {"scheduler", d.queue.scheduler}}, 1);
+  }
+  return Moved({&info, &holders, &nomerges, &max_sectors, &max_segments, &rotational, &scheduler});
+}
+
+std::vector<MetricFamily> CollapseFamilies(const std::vector<DiskVerdict>& verdicts) {
+  MetricFamily collapse = GaugeFamily(
+      "mergewatch_merge_collapse",
+      "1 while the disk dispatches small requests one by one that could have been merged (after "
+      "--collapse.raise-after), 0 otherwise. upper is the stacked device the disk's requests came from "
+      "(block_bio_remap), else the one with the largest bios, or empty.");
+  MetricFamily condition = GaugeFamily("mergewatch_collapse_condition",
+                                       "1 while the collapse pattern holds over the current window, before hysteresis.");
+  MetricFamily rate = GaugeFamily("mergewatch_collapse_requests_per_second",
+                                  "Read and write requests dispatched per second over the detector window.");
+  MetricFamily small = GaugeFamily("mergewatch_collapse_small_request_ratio",
+                                   "Share of dispatched requests of at most 4 KiB (8 sectors) over the window.");
+  MetricFamily missed = GaugeFamily("mergewatch_collapse_missed_merge_ratio",
+                                    "Share of dispatched requests that were missed merges over the window.");
+  MetricFamily merges = GaugeFamily("mergewatch_collapse_back_merges_per_second",
+                                    "Bios back-merged per second over the window.");
+  MetricFamily lower = GaugeFamily("mergewatch_collapse_lower_request_bytes",
+                                   "Mean size of the requests the disk dispatched over the window.");
+  MetricFamily merged = GaugeFamily("mergewatch_collapse_merged_request_bytes",
+                                    "Mean size merging would have built over the window: the contiguous runs the "
+                                    "missed merges formed (0 without missed merges).");
+  MetricFamily upper = GaugeFamily("mergewatch_collapse_upper_bio_bytes",
+                                   "Mean size of the bios the upper device received over the window.");
+  MetricFamily upper_share = GaugeFamily("mergewatch_collapse_upper_request_ratio",
+                                         "Share of the disk's requests over the window that were remapped from "
+                                         "the upper device (block_bio_remap chain).");
+  for (MetricFamily* f : {&collapse, &condition, &rate, &small, &missed, &merges, &lower, &merged})
+    f->metric.reserve(verdicts.size());
+  for (const DiskVerdict& v : verdicts) {
+    const CollapseEvidence& e = v.evidence;
+    AddGauge(&collapse, {{"device", v.device}, {"upper", v.upper}}, v.raised ? 1 : 0);
+    AddGauge(&condition, {{"device", v.device}}, v.condition ? 1 : 0);
+    AddGauge(&rate, {{"device", v.device}}, e.requests_per_second);
+    AddGauge(&small, {{"device", v.device}}, e.small_share);
+    AddGauge(&missed, {{"device", v.device}}, e.missed_share);
+    AddGauge(&merges, {{"device", v.device}}, e.back_merges_per_second);
+    AddGauge(&lower, {{"device", v.device}}, e.mean_request_bytes);
+    AddGauge(&merged, {{"device", v.device}}, e.merged_request_bytes);
+    if (!e.upper.empty()) {
+      AddGauge(&upper, {{"device", v.device}, {"upper", e.upper}}, e.upper_mean_bio_bytes);
+      AddGauge(&upper_share, {{"device", v.device}, {"upper", e.upper}}, e.upper_request_share);
+    }
+  }
+  return Moved({&collapse, &condition, &rate, &small, &missed, &merges, &lower, &merged, &upper, &upper_share});
+}
+
+void StateCollector::Publish(std::shared_ptr<const Topology> topology, std::vector<DiskVerdict> verdicts) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  topology_ = std::move(topology);
+  verdicts_ = std::move(verdicts);
+}
+
+std::vector<MetricFamily> StateCollector::Collect() const {
+  std::shared_ptr<const Topology> topology;
+  std::vector<DiskVerdict> verdicts;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    topology = topology_;
+    verdicts = verdicts_;
+  }
+  std::vector<MetricFamily> families = TopologyFamilies(*topology);
+  std::vector<MetricFamily> collapse = CollapseFamilies(verdicts);
+  families.reserve(families.size() + collapse.size());
+  for (MetricFamily& f : collapse) families.push_back(std::move(f));
+  return families;
+}
+
+}  // namespace mergewatch

@@ -1,0 +1,35 @@
+// Metrics about what the daemon derives rather than counts: the block topology from
+// sysfs and the merge-collapse verdicts. Both are published by the main loop and read
+// by scrapes.
+#pragma once
+
+#include <prometheus/collectable.h>
+#include <prometheus/metric_family.h>
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "detector/detector.h"
+#include "topology/topology.h"
+
+namespace mergewatch {
+
+// Pure: device info, stacking edges and queue settings of every device.
+std::vector<prometheus::MetricFamily> TopologyFamilies(const Topology& topology);
+
+// Pure: mergewatch_merge_collapse and its evidence, one series per candidate disk.
+std::vector<prometheus::MetricFamily> CollapseFamilies(const std::vector<DiskVerdict>& verdicts);
+
+class StateCollector final : public prometheus::Collectable {
+ public:
+  void Publish(std::shared_ptr<const Topology> topology, std::vector<DiskVerdict> verdicts);
+  std::vector<prometheus::MetricFamily> Collect() const override;
+
+ private:
+  mutable std::mutex mutex_;
+  std::shared_ptr<const Topology> topology_ = std::make_shared<Topology>();
+  std::vector<DiskVerdict> verdicts_;
+};
+
+}  // namespace mergewatch

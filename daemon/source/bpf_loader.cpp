@@ -1,0 +1,545 @@
+#include "source/bpf_loader.h"
+
+#include <bpf/bpf.h>
+#include <bpf/btf.h>
+#include <bpf/libbpf.h>
+#include <linux/capability.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdarg>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <mutex>
+
+#include "log.h"
+#include "mergewatch.skel.h"
+
+namespace mergewatch {
+namespace {
+
+constexpr const char* kDefaultBtfPath = "/sys/kernel/btf/vmlinux";
+// Without these two the product has no size or latency data: fail instead of limping.
+constexpr const char* kRequiredTracepoints[] = {"block_rq_issue", "block_rq_complete"};
+
+// libbpf's messages: debug lines go to the log at debug level; the tail is kept to
+// explain a failed load in the error message itself.
+std::mutex g_libbpf_mutex;
+std::deque<std::string> g_libbpf_tail;
+
+int LibbpfPrint(enum libbpf_print_level level, const char* format, va_list args) {
+  // Verifier logs come as one message of many KiB, with the reason at the end.
+  va_list measure;
+  va_copy(measure, args);
+  const int length = vsnprintf(nullptr, 0, format, measure);
+  va_end(measure);
+  if (length <= 0) return 0;
+  std::string text(static_cast<size_t>(length) + 1, '\0');
+  vsnprintf(text.data(), text.size(), format, args);
+  text.resize(static_cast<size_t>(length));
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  if (text.empty()) return 0;
+  {
+    std::lock_guard<std::mutex> lock(g_libbpf_mutex);
+    if (level != LIBBPF_DEBUG) {
+      constexpr size_t kKeep = 2000;  // of a verifier log, the end says why
+      g_libbpf_tail.push_back(text.size() > kKeep ? "..." + text.substr(text.size() - kKeep) : text);
+      if (g_libbpf_tail.size() > 12) g_libbpf_tail.pop_front();
+    }
+  }
+  LogDebug("libbpf: " + text);
+  return 0;
+}
+
+std::string LibbpfTail() {
+  std::lock_guard<std::mutex> lock(g_libbpf_mutex);
+  std::string out;
+  for (const std::string& l : g_libbpf_tail) out += "\n  libbpf: " + l;
+  g_libbpf_tail.clear();
+  return out;
+}
+
+// Effective CAP_SYS_ADMIN, or CAP_BPF with CAP_PERFMON (v5.8+): what loading tracing BPF needs.
+bool HasBpfPrivilege() {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2]{};
+  if (syscall(SYS_capget, &header, data) != 0) return geteuid() == 0;
+  auto has = [&](int cap) { return (data[cap / 32].effective >> (cap % 32)) & 1u; };
+  constexpr int kCapPerfmon = 38, kCapBpf = 39;
+  return has(CAP_SYS_ADMIN) || (has(kCapBpf) && has(kCapPerfmon));
+}
+
+// Number of tracepoint arguments from the typedef btf_trace_<tp> = void (*)(void *, args...).
+int TracepointArity(const struct btf* btf, const std::string& tracepoint) {
+  int id = btf__find_by_name_kind(btf, ("btf_trace_" + tracepoint).c_str(), BTF_KIND_TYPEDEF);
+  if (id < 0) return -1;
+  const struct btf_type* type = btf__type_by_id(btf, id);
+  while (type != nullptr && (btf_is_typedef(type) || btf_is_ptr(type))) type = btf__type_by_id(btf, type->type);
+  if (type == nullptr || !btf_is_func_proto(type)) return -1;
+  return btf_vlen(type) - 1;  // minus the leading void *__data
+}
+
+std::pair<std::string, std::string> SplitSection(const char* section) {
+  std::string s = section != nullptr ? section : "";
+  size_t slash = s.find('/');
+  if (slash == std::string::npos) return {s, ""};
+  return {s.substr(0, slash), s.substr(slash + 1)};
+}
+
+LoadReply Failure(ProbeError kind, std::string error) {
+  LoadReply reply;
+  reply.kind = kind;
+  reply.error = std::move(error);
+  return reply;
+}
+
+// The whole load, as it ran in-process before the loader child existed. Runs in the child:
+// on success the skeleton is left open on purpose (its descriptors are what the child sends;
+// the child's exit closes its copies).
+LoadReply LoadHere(const ProbeOptions& options) {
+  TracepointLayout layout;
+  std::string error;
+  if (access(options.btf_path.c_str(), R_OK) != 0 || !ReadTracepointLayout(options.btf_path, &layout, &error)) {
+    if (error.empty()) error = "cannot read kernel BTF from " + options.btf_path + ": " + strerror(errno);
+    error.append(". mergewatchd needs a kernel built with CONFIG_DEBUG_INFO_BTF=y (/sys/kernel/btf/vmlinux), "
+                 "or --path.btf pointing at the running kernel's BTF");
+    return Failure(ProbeError::kNoBtf, error);
+  }
+  for (const std::string& tp : layout.missing) LogWarn("kernel has no tracepoint " + tp + "; not attached");
+  if (!HasBpfPrivilege()) {
+    return Failure(ProbeError::kNoPrivilege,
+                   "not privileged to load BPF: run as root, or grant CAP_BPF, CAP_PERFMON (kernel 5.8+) and "
+                   "CAP_SYS_RESOURCE; before 5.8 CAP_SYS_ADMIN is needed");
+  }
+
+  std::string failures;
+  for (const char* mode : {"tp_btf", "raw_tp"}) {
+    if (options.program_type != "auto" && options.program_type != mode) continue;
+    LIBBPF_OPTS(bpf_object_open_opts, open_opts);
+    if (options.btf_path != kDefaultBtfPath) open_opts.btf_custom_path = options.btf_path.c_str();
+    mergewatch_bpf* skel = mergewatch_bpf__open_opts(&open_opts);
+    if (skel == nullptr)
+      return Failure(ProbeError::kLoad, std::string("cannot open the BPF object: ") + strerror(errno) + LibbpfTail());
+    skel->rodata->targ_rq_arg = layout.rq_arg;
+    skel->rodata->targ_bio_merge_arg = layout.bio_merge_arg;
+    skel->rodata->targ_bio_queue_arg = layout.bio_queue_arg;
+    skel->rodata->targ_getrq_arg = layout.getrq_arg;
+    skel->rodata->targ_bio_remap_arg = layout.bio_remap_arg;
+    const uint32_t slot_bits = InflightSlotBits(options.inflight_entries);
+    skel->rodata->inflight_slot_bits = slot_bits;
+    bpf_map__set_max_entries(skel->maps.inflight, 1u << slot_bits);
+
+    struct bpf_program* prog;
+    bpf_object__for_each_program(prog, skel->obj) {
+      auto [prog_mode, tracepoint] = SplitSection(bpf_program__section_name(prog));
+      bool missing = false;
+      for (const std::string& m : layout.missing) missing |= (m == tracepoint);
+      bpf_program__set_autoload(prog, prog_mode == mode && !missing);
+    }
+    int err = mergewatch_bpf__load(skel);
+    if (err != 0) {
+      mergewatch_bpf__destroy(skel);
+      if (err == -EPERM) {
+        return Failure(ProbeError::kNoPrivilege,
+                       std::string("the kernel refused BPF (") + strerror(-err) +
+                           "): run as root or with CAP_BPF and CAP_PERFMON; check kernel.unprivileged_bpf_disabled "
+                           "and lockdown" + LibbpfTail());
+      }
+      failures += std::string("\n") + mode + ": " + strerror(-err) + LibbpfTail();
+      LogInfo(std::string("loading the ") + mode + " programs failed (" + strerror(-err) + "), trying the next mode");
+      continue;
+    }
+    LoadReply reply;
+    reply.mode = mode;
+    reply.dev_stats_fd = bpf_map__fd(skel->maps.dev_stats);
+    reply.origin_stats_fd = bpf_map__fd(skel->maps.origin_stats);
+    reply.event_counts_fd = bpf_map__fd(skel->maps.event_counts);
+    struct bpf_map* map;
+    bpf_object__for_each_map(map, skel->obj) {
+      const int fd = bpf_map__fd(map);
+      if (fd >= 0 && fd != reply.dev_stats_fd && fd != reply.origin_stats_fd && fd != reply.event_counts_fd)
+        reply.other_map_fds.push_back(fd);
+    }
+    bpf_object__for_each_program(prog, skel->obj) {
+      if (!bpf_program__autoload(prog)) continue;
+      auto [prog_mode, tracepoint] = SplitSection(bpf_program__section_name(prog));
+      LoadedProgram loaded{tracepoint, prog_mode, bpf_program__fd(prog), -1};
+      if (tracepoint != "block_bio_queue") {  // that one is attached on demand: SetBioQueueTracing
+        struct bpf_link* link = bpf_program__attach(prog);
+        if (link == nullptr) {
+          std::string why = strerror(errno);
+          for (const char* required : kRequiredTracepoints) {
+            if (tracepoint == required)
+              return Failure(ProbeError::kLoad,
+                             "cannot attach to " + tracepoint + " (" + prog_mode + "): " + why + LibbpfTail());
+          }
+          LogWarn("cannot attach to " + tracepoint + " (" + prog_mode + "): " + why);
+        } else {
+          loaded.link_fd = bpf_link__fd(link);
+        }
+      }
+      reply.programs.push_back(loaded);
+    }
+    return reply;
+  }
+  return Failure(ProbeError::kLoad, (options.program_type == "auto"
+                                         ? std::string("the BPF programs did not load in any mode:")
+                                         : "the BPF programs did not load as " + options.program_type + ":") +
+                                        failures);
+}
+
+// ---- wire format: "MWL1", then fields; integers little-endian u32, strings u32 length + bytes,
+// descriptors as u32 indices into the SCM_RIGHTS array (0xffffffff: none).
+
+constexpr char kMagic[4] = {'M', 'W', 'L', '1'};
+constexpr uint32_t kNoFd = 0xffffffffu;
+// Bounds a reply to what one SOCK_SEQPACKET message carries (the default socket buffer is ~208 KiB).
+constexpr size_t kMaxErrorBytes = 64 * 1024;
+constexpr size_t kMaxReplyBytes = 160 * 1024;
+constexpr uint32_t kMaxPrograms = 64;
+constexpr uint32_t kMaxMaps = 64;
+
+void PutU32(std::string* out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+void PutString(std::string* out, const std::string& s) {
+  PutU32(out, static_cast<uint32_t>(s.size()));
+  out->append(s);
+}
+void PutFd(std::string* out, int fd, std::vector<int>* fds) {
+  if (fd < 0) {
+    PutU32(out, kNoFd);
+    return;
+  }
+  PutU32(out, static_cast<uint32_t>(fds->size()));
+  fds->push_back(fd);
+}
+
+class Reader {
+ public:
+  explicit Reader(const std::string& bytes) : bytes_(bytes) {}
+  bool U32(uint32_t* v) {
+    if (bytes_.size() - pos_ < 4) return false;
+    *v = 0;
+    for (int i = 0; i < 4; ++i) *v |= static_cast<uint32_t>(static_cast<unsigned char>(bytes_[pos_ + i])) << (8 * i);
+    pos_ += 4;
+    return true;
+  }
+  bool String(std::string* s, size_t max) {
+    uint32_t n;
+    if (!U32(&n) || n > max || bytes_.size() - pos_ < n) return false;
+    s->assign(bytes_, pos_, n);
+    pos_ += n;
+    return true;
+  }
+  bool AtEnd() const { return pos_ == bytes_.size(); }
+
+ private:
+  const std::string& bytes_;
+  size_t pos_ = 0;
+};
+
+void CloseAll(const std::vector<int>& fds) {
+  for (int fd : fds) close(fd);
+}
+
+// Sends one message: the bytes and the descriptors together.
+bool SendReply(int sock, const std::string& bytes, const std::vector<int>& fds) {
+  iovec iov{const_cast<char*>(bytes.data()), bytes.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  std::vector<char> control(CMSG_SPACE(sizeof(int) * kMaxReplyFds));
+  if (!fds.empty()) {
+    msg.msg_control = control.data();
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+    cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    memcpy(CMSG_DATA(cmsg), fds.data(), sizeof(int) * fds.size());
+  }
+  ssize_t sent;
+  do sent = sendmsg(sock, &msg, MSG_NOSIGNAL);
+  while (sent < 0 && errno == EINTR);
+  return sent == static_cast<ssize_t>(bytes.size());
+}
+
+// The child's whole life after the fork. Nothing may unwind past it: an exception would carry
+// the child into the daemon's code below the fork, as a second daemon.
+[[noreturn]] void RunChild(int sock, const ProbeOptions& options, pid_t parent) {
+  // Should the daemon die while we load, the loader goes too instead of holding programs alone
+  // (checked once more after the prctl: the daemon may have died before it).
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(1);
+  int code = 2;  // an exception even while answering: the parent reports this exit status
+  try {
+    LoadReply reply;
+    try {
+      reply = LoadHere(options);
+    } catch (const std::exception& e) {
+      reply = Failure(ProbeError::kLoad, std::string("the BPF loader failed: ") + e.what());
+    }
+    std::vector<int> fds;
+    std::string bytes = EncodeLoadReply(reply, &fds);
+    if (fds.size() > kMaxReplyFds || bytes.size() > kMaxReplyBytes) {
+      fds.clear();
+      bytes = EncodeLoadReply(Failure(ProbeError::kLoad, "the loader's reply is too large (" +
+                                                             std::to_string(reply.programs.size()) + " programs)"),
+                              &fds);
+    }
+    code = SendReply(sock, bytes, fds) ? 0 : 1;
+  } catch (...) {
+  }
+  // _exit, not exit: the parent's atexit handlers and stdio buffers are the parent's.
+  _exit(code);
+}
+
+// One message from the child, its descriptors into *fds (close-on-exec). False with a reason
+// on timeout, EOF (the child died without answering) or a truncated message.
+bool ReceiveReply(int sock, std::string* bytes, std::vector<int>* fds, std::string* error, bool* timed_out) {
+  pollfd pfd{sock, POLLIN, 0};
+  int ready;
+  do ready = poll(&pfd, 1, kLoaderTimeoutMs);
+  while (ready < 0 && errno == EINTR);
+  if (ready == 0) {
+    *timed_out = true;
+    *error = "no answer within " + std::to_string(kLoaderTimeoutMs / 1000) + " s";
+    return false;
+  }
+  if (ready < 0) {
+    *error = std::string("poll: ") + strerror(errno);
+    return false;
+  }
+  bytes->assign(kMaxReplyBytes + 1, '\0');
+  iovec iov{bytes->data(), bytes->size()};
+  std::vector<char> control(CMSG_SPACE(sizeof(int) * kMaxReplyFds));
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control.data();
+  msg.msg_controllen = control.size();
+  ssize_t got;
+  do got = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+  while (got < 0 && errno == EINTR);
+  if (got < 0) {
+    *error = std::string("recvmsg: ") + strerror(errno);
+    return false;
+  }
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < n; ++i) {
+      int fd;
+      memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      fds->push_back(fd);
+    }
+  }
+  if (got == 0) {
+    *error = "it closed the connection without an answer";
+    return false;
+  }
+  if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0 || static_cast<size_t>(got) > kMaxReplyBytes) {
+    *error = "its answer was truncated";
+    return false;
+  }
+  bytes->resize(static_cast<size_t>(got));
+  return true;
+}
+
+}  // namespace
+
+uint32_t InflightSlotBits(uint32_t entries) {
+  uint32_t bits = 1;
+  while ((1u << bits) < entries && bits < 31) ++bits;
+  return bits;
+}
+
+bool ReadTracepointLayout(const std::string& btf_path, TracepointLayout* layout, std::string* error) {
+  struct btf* btf = btf__parse(btf_path.c_str(), nullptr);
+  if (btf == nullptr) {
+    *error = "cannot read kernel BTF from " + btf_path + ": " + strerror(errno);
+    return false;
+  }
+  int rq = TracepointArity(btf, "block_rq_issue");
+  int merge = TracepointArity(btf, "block_bio_backmerge");
+  int queue = TracepointArity(btf, "block_bio_queue");
+  int getrq = TracepointArity(btf, "block_getrq");
+  int remap = TracepointArity(btf, "block_bio_remap");
+  if (rq < 0) {
+    btf__free(btf);
+    *error = btf_path + " has no btf_trace_block_rq_issue: not the BTF of a kernel with block tracepoints";
+    return false;
+  }
+  layout->rq_arg = rq >= 2 ? 1 : 0;
+  layout->bio_merge_arg = merge >= 3 ? 2 : 0;
+  layout->bio_queue_arg = queue >= 2 ? 1 : 0;
+  layout->getrq_arg = getrq >= 2 ? 1 : 0;
+  layout->bio_remap_arg = remap >= 4 ? 1 : 0;
+  for (const char* tp : {"block_rq_insert", "block_rq_issue", "block_rq_requeue", "block_rq_complete",
+                         "block_bio_backmerge",
+                         "block_bio_frontmerge", "block_bio_queue", "block_getrq", "block_bio_remap"}) {
+    if (TracepointArity(btf, tp) < 0) layout->missing.push_back(tp);
+  }
+  btf__free(btf);
+  return true;
+}
+
+void CloseReplyFds(LoadReply* reply) {
+  for (int* fd : {&reply->dev_stats_fd, &reply->origin_stats_fd, &reply->event_counts_fd}) {
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
+  }
+  for (int fd : reply->other_map_fds) close(fd);
+  reply->other_map_fds.clear();
+  for (LoadedProgram& p : reply->programs) {
+    if (p.link_fd >= 0) close(p.link_fd);
+    if (p.prog_fd >= 0) close(p.prog_fd);
+    p.link_fd = p.prog_fd = -1;
+  }
+}
+
+std::string EncodeLoadReply(const LoadReply& reply, std::vector<int>* fds) {
+  std::string out(kMagic, sizeof(kMagic));
+  PutU32(&out, static_cast<uint32_t>(reply.kind));
+  if (reply.kind != ProbeError::kNone) {
+    const std::string& e = reply.error;
+    PutString(&out, e.size() > kMaxErrorBytes ? e.substr(0, kMaxErrorBytes) + "..." : e);
+    return out;
+  }
+  PutString(&out, reply.mode);
+  PutFd(&out, reply.dev_stats_fd, fds);
+  PutFd(&out, reply.origin_stats_fd, fds);
+  PutFd(&out, reply.event_counts_fd, fds);
+  PutU32(&out, static_cast<uint32_t>(reply.other_map_fds.size()));
+  for (int fd : reply.other_map_fds) PutFd(&out, fd, fds);
+  PutU32(&out, static_cast<uint32_t>(reply.programs.size()));
+  for (const LoadedProgram& p : reply.programs) {
+    PutString(&out, p.tracepoint);
+    PutString(&out, p.mode);
+    PutFd(&out, p.prog_fd, fds);
+    PutFd(&out, p.link_fd, fds);
+  }
+  return out;
+}
+
+bool DecodeLoadReply(const std::string& bytes, const std::vector<int>& fds, LoadReply* reply, std::string* error) {
+  Reader in(bytes);
+  std::vector<bool> used(fds.size(), false);
+  auto bad = [&](const std::string& why) {
+    *error = "malformed answer: " + why;
+    return false;
+  };
+  // Resolves an index; required descriptors may not be "none", none may be used twice.
+  auto fd_at = [&](bool required, int* out) {
+    uint32_t index;
+    if (!in.U32(&index)) return false;
+    if (index == kNoFd) {
+      *out = -1;
+      return !required;
+    }
+    if (index >= fds.size() || used[index]) return false;
+    used[index] = true;
+    *out = fds[index];
+    return true;
+  };
+  if (bytes.size() < sizeof(kMagic) || bytes.compare(0, sizeof(kMagic), kMagic, sizeof(kMagic)) != 0)
+    return bad("not a loader reply (" + std::to_string(bytes.size()) + " bytes)");
+  LoadReply out;
+  uint32_t kind;
+  uint32_t magic_word;  // checked above; read to step over it
+  if (!in.U32(&magic_word) || !in.U32(&kind) || kind > static_cast<uint32_t>(ProbeError::kLoad))
+    return bad("unknown error kind");
+  out.kind = static_cast<ProbeError>(kind);
+  if (out.kind != ProbeError::kNone) {
+    if (!in.String(&out.error, kMaxErrorBytes + 3) || out.error.empty()) return bad("error without text");
+    if (!fds.empty() || !in.AtEnd()) return bad("an error with descriptors or trailing bytes");
+    *reply = std::move(out);
+    return true;
+  }
+  if (!in.String(&out.mode, 16) || (out.mode != "tp_btf" && out.mode != "raw_tp")) return bad("unknown mode");
+  if (!fd_at(true, &out.dev_stats_fd) || !fd_at(true, &out.origin_stats_fd) || !fd_at(true, &out.event_counts_fd))
+    return bad("map descriptors");
+  uint32_t other_maps;
+  if (!in.U32(&other_maps) || other_maps > kMaxMaps) return bad("map count");
+  for (uint32_t i = 0; i < other_maps; ++i) {
+    int fd;
+    if (!fd_at(true, &fd)) return bad("map " + std::to_string(i));
+    out.other_map_fds.push_back(fd);
+  }
+  uint32_t count;
+  if (!in.U32(&count) || count == 0 || count > kMaxPrograms) return bad("program count");
+  for (uint32_t i = 0; i < count; ++i) {
+    LoadedProgram p;
+    if (!in.String(&p.tracepoint, 64) || p.tracepoint.empty() || !in.String(&p.mode, 16) ||
+        !fd_at(true, &p.prog_fd) || !fd_at(false, &p.link_fd))
+      return bad("program " + std::to_string(i));
+    out.programs.push_back(std::move(p));
+  }
+  if (!in.AtEnd()) return bad("trailing bytes");
+  for (size_t i = 0; i < used.size(); ++i)
+    if (!used[i]) return bad("descriptor " + std::to_string(i) + " not referred to");
+  *reply = std::move(out);
+  return true;
+}
+
+std::string DescribeWaitStatus(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    const char* name = strsignal(sig);
+    return "was killed by signal " + std::to_string(sig) + (name != nullptr ? std::string(" (") + name + ")" : "");
+  }
+  return "ended with wait status " + std::to_string(status);
+}
+
+LoadReply LoadInChild(const ProbeOptions& options) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+    return Failure(ProbeError::kLoad, std::string("cannot create the BPF loader's socket: ") + strerror(errno));
+  // Both sides: the child's libbpf explains a failed load, the daemon's own calls (map reads)
+  // log through us instead of libbpf's raw default printer.
+  libbpf_set_print(LibbpfPrint);
+  fflush(nullptr);  // nothing buffered is written twice
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    const int err = errno;
+    close(sv[0]);
+    close(sv[1]);
+    return Failure(ProbeError::kLoad, std::string("cannot start the BPF loader process: ") + strerror(err));
+  }
+  if (pid == 0) {
+    close(sv[0]);
+    RunChild(sv[1], options, parent);
+  }
+  close(sv[1]);
+  std::string bytes, why;
+  std::vector<int> fds;
+  bool timed_out = false;
+  const bool received = ReceiveReply(sv[0], &bytes, &fds, &why, &timed_out);
+  close(sv[0]);
+  if (timed_out) kill(pid, SIGKILL);  // the pid is ours until reaped below: no other process is hit
+  int status = 0;
+  pid_t reaped;
+  do reaped = waitpid(pid, &status, 0);
+  while (reaped < 0 && errno == EINTR);
+  const std::string exit_text = reaped == pid ? DescribeWaitStatus(status) : std::string("could not be reaped");
+  LoadReply reply;
+  const bool decoded = received && DecodeLoadReply(bytes, fds, &reply, &why);
+  if (!decoded) CloseAll(fds);
+  const bool clean_exit = reaped == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (decoded && clean_exit) return reply;
+  if (decoded) CloseReplyFds(&reply);
+  return Failure(ProbeError::kLoad, "the BPF loader process (pid " + std::to_string(pid) + ") " + exit_text +
+                                        (why.empty() ? "" : ": " + why));
+}
+
+}  // namespace mergewatch

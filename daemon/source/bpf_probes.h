@@ -1,0 +1,53 @@
+// The loaded BPF programs and maps, as plain descriptors from the loader child (bpf_loader.h):
+// reads the maps, attaches block_bio_queue on demand. Destroying the object detaches every link.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "source/bpf_loader.h"
+#include "metrics/exporter.h"
+#include "source/snapshot.h"
+
+namespace mergewatch {
+
+// What one loaded program has cost so far (struct bpf_prog_info). The kernel counts only
+// while kernel.bpf_stats_enabled=1 (it adds two clock reads per run, so it is off by default).
+struct ProgramCost {
+  std::string tracepoint;
+  std::string mode;
+  uint64_t run_time_ns = 0;
+  uint64_t run_count = 0;
+};
+
+class BpfProbes final : public SnapshotSource {
+ public:
+  static std::unique_ptr<BpfProbes> Load(const ProbeOptions& options, ProbeError* error_kind,
+                                         std::string* error);
+  ~BpfProbes() override;
+  BpfProbes(const BpfProbes&) = delete;
+  BpfProbes& operator=(const BpfProbes&) = delete;
+
+  Snapshot Read() override;
+  void Forget(const StaleKeys& keys) override;
+  // block_bio_queue fires for every bio of every device but matters only for bio-based
+  // devices stacked on others: attached only while one exists. Returns true on a change.
+  bool SetBioQueueTracing(bool wanted);
+  std::string mode() const { return loaded_.mode; }
+  // Every loaded program, attached or not; thread-safe.
+  std::vector<ProgramCost> ProgramCosts() const;
+  size_t attached_count() const;
+
+ private:
+  explicit BpfProbes(LoadReply reply);
+  LoadReply loaded_;          // owns every descriptor; only bio_queue's link_fd changes (under mutex_)
+  mutable std::mutex mutex_;  // programs_ and the bio_queue link: the main loop changes them, scrapes read
+  std::mutex maps_mutex_;     // a map walk (Read) and key deletion (Forget) never overlap
+  std::vector<ProgramStatus> programs_;
+  LoadedProgram* bio_queue_ = nullptr;  // in loaded_.programs, if loaded
+};
+
+}  // namespace mergewatch

@@ -1,0 +1,163 @@
+#include "metrics/exporter.h"
+#include "metrics/exposition.h"
+
+#include <gtest/gtest.h>
+#include <prometheus/text_serializer.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace mergewatch {
+namespace {
+
+class FakeNamer final : public DeviceNamer {
+ public:
+  std::map<std::pair<uint32_t, uint32_t>, std::string> names;
+  std::map<std::pair<uint32_t, uint32_t>, uint64_t> diskseqs;  // current incarnation, where known
+  std::optional<std::string> NameOf(uint32_t major, uint32_t minor, uint64_t diskseq) override {
+    auto it = names.find({major, minor});
+    if (it == names.end()) return std::nullopt;
+    auto seq = diskseqs.find({major, minor});
+    if (diskseq != 0 && seq != diskseqs.end() && seq->second != diskseq) return std::nullopt;
+    return it->second;
+  }
+};
+
+void AddRequests(mw_dev_stats* s, __u64 bytes, __u64 count, __u64 latency_ns) {
+  s->size_slots[mw_hist_slot(bytes, MW_SIZE_MIN_SHIFT, MW_SIZE_SLOTS)] += count;
+  s->size_sum_bytes += bytes * count;
+  s->latency_slots[mw_hist_slot(latency_ns, MW_LAT_MIN_SHIFT, MW_LAT_SLOTS)] += count;
+  s->latency_sum_ns += latency_ns * count;
+}
+
+// The 2019 incident's shape: the NVMe disk gets 8-sector reads, the snapshot large bios.
+Snapshot IncidentSnapshot() {
+  Snapshot snap;
+  mw_dev_stats& nvme = snap.stats[{259, 0, 0}];
+  AddRequests(&nvme, 4096, 16385, 300000);
+  nvme.missed_merges = 16000;
+  mw_dev_stats& nvme_write = snap.stats[{259, 0, 1}];
+  AddRequests(&nvme_write, 262144, 3, 2000000);
+  nvme_write.back_merges = 189;
+  mw_dev_stats& dm = snap.stats[{253, 3, 0}];
+  dm.bio_size_slots[mw_hist_slot(262144, MW_SIZE_MIN_SHIFT, MW_SIZE_SLOTS)] = 256;
+  dm.bio_size_sum_bytes = 256ull * 262144;
+  // Two raw ops that both export as op="other": summed into one series.
+  AddRequests(&snap.stats[{259, 0, 5}], 4096, 2, 5000);
+  AddRequests(&snap.stats[{259, 0, 7}], 4096, 3, 5000);
+  // A device that is gone from sysfs: not exported.
+  AddRequests(&snap.stats[{7, 12, 0}], 4096, 10, 5000);
+  // The remap chain: the snapshot's 4 KiB pieces became requests at the disk.
+  snap.origins[{259, 0, 253, 3, 0}] = mw_origin_stats{16385, 16000};
+  // Remapped from a device that is gone: not exported.
+  snap.origins[{259, 0, 253, 9, 0}] = mw_origin_stats{5, 0};
+  snap.event_counts[MW_CNT_COMPLETE_UNMATCHED] = 4;
+  snap.programs = {{"block_rq_issue", "tp_btf", true}, {"block_unplug", "tp_btf", false}};
+  return snap;
+}
+
+std::string Expose(const Snapshot& snap) {
+  FakeNamer namer;
+  namer.names = {{{259, 0}, "nvme1n1"}, {{253, 3}, "dm-3"}};
+  DaemonStatus status{"1.2.3", "6.1.0-test", 16384};
+  return RenderExposition(BuildMetricFamilies(snap, namer, status));
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST(Exporter, KnownSnapshotMatchesGoldenExposition) {
+  const std::string golden_path = std::string(MERGEWATCH_FIXTURE_DIR) + "/exposition/incident.prom";
+  const std::string text = Expose(IncidentSnapshot());
+  if (getenv("MERGEWATCH_UPDATE_GOLDEN") != nullptr) {
+    // Update mode writes the golden and fails: a run that compared nothing must never pass.
+    std::ofstream(golden_path) << text;
+    FAIL() << "MERGEWATCH_UPDATE_GOLDEN is set: rewrote " << golden_path
+           << "; review the diff, then run again without it";
+  }
+  EXPECT_EQ(text, ReadFile(golden_path)) << "regenerate with MERGEWATCH_UPDATE_GOLDEN=1 if the change is intended";
+}
+
+TEST(Exporter, ExpositionPassesPromtool) {
+  const std::string path = testing::TempDir() + "/mergewatch_exposition.prom";
+  std::ofstream(path) << Expose(IncidentSnapshot());
+  FILE* pipe = popen(("promtool check metrics < " + path + " 2>&1").c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  char buf[4096];
+  std::string out;
+  while (fgets(buf, sizeof(buf), pipe) != nullptr) out += buf;
+  int status = pclose(pipe);
+  EXPECT_EQ(status, 0) << "promtool check metrics failed:\n" << out;
+}
+
+TEST(Exporter, FourKibRequestsAreInTheFourKibBucket) {
+  const std::string text = Expose(IncidentSnapshot());
+  EXPECT_NE(text.find("mergewatch_request_size_bytes_bucket{device=\"nvme1n1\",op=\"read\",le=\"4096\"} 16385"),
+            std::string::npos);
+  EXPECT_NE(text.find("mergewatch_request_size_bytes_bucket{device=\"nvme1n1\",op=\"read\",le=\"2048\"} 0"),
+            std::string::npos);
+  EXPECT_NE(text.find("mergewatch_request_size_bytes_bucket{device=\"nvme1n1\",op=\"read\",le=\"+Inf\"} 16385"),
+            std::string::npos);
+}
+
+TEST(Exporter, OpsSharingALabelAreSummedAndRemovedDevicesDropped) {
+  const std::string text = Expose(IncidentSnapshot());
+  EXPECT_NE(text.find("mergewatch_request_size_bytes_count{device=\"nvme1n1\",op=\"other\"} 5"), std::string::npos);
+  EXPECT_EQ(text.find("loop12"), std::string::npos);
+  EXPECT_EQ(text.find("7:12"), std::string::npos);
+  EXPECT_NE(text.find("mergewatch_unresolved_devices 1"), std::string::npos);
+}
+
+TEST(Exporter, BioBasedDevicesExportBioSizesOnly) {
+  const std::string text = Expose(IncidentSnapshot());
+  EXPECT_NE(text.find("mergewatch_bio_size_bytes_bucket{device=\"dm-3\",op=\"read\",le=\"262144\"} 256"),
+            std::string::npos);
+  EXPECT_EQ(text.find("mergewatch_request_size_bytes_count{device=\"dm-3\""), std::string::npos);
+}
+
+// loop7 was detached and attached again: the old incarnation's keys (diskseq 41) must not
+// show under the name, the new one's (42) must.
+TEST(Exporter, DataOfAPreviousIncarnationOfTheMinorIsNotExported) {
+  Snapshot snap;
+  AddRequests(&snap.stats[{7, 7, 0, 41}], 4096, 1000, 5000);
+  AddRequests(&snap.stats[{7, 7, 0, 42}], 4096, 3, 5000);
+  FakeNamer namer;
+  namer.names = {{{7, 7}, "loop7"}};
+  namer.diskseqs = {{{7, 7}, 42}};
+  std::string text = prometheus::TextSerializer().Serialize(BuildMetricFamilies(snap, namer, DaemonStatus{}));
+  EXPECT_NE(text.find("mergewatch_request_size_bytes_count{device=\"loop7\",op=\"read\"} 3\n"), std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("} 1000\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("mergewatch_unresolved_devices 1\n"), std::string::npos) << text;
+}
+
+TEST(Exporter, RemappedRequestsNameTheOriginDevice) {
+  std::string text = Expose(IncidentSnapshot());
+  EXPECT_NE(text.find("mergewatch_remapped_requests_total{device=\"nvme1n1\",origin=\"dm-3\",op=\"read\"} 16385\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(
+      text.find("mergewatch_remapped_missed_merges_total{device=\"nvme1n1\",origin=\"dm-3\",op=\"read\"} 16000\n"),
+      std::string::npos);
+  EXPECT_EQ(text.find("origin=\"dm-9\""), std::string::npos);
+}
+
+TEST(Log2Histogram, CumulatesAndCountsTheOverflowOnlyInInf) {
+  __u64 slots[4] = {1, 2, 3, 4};
+  auto h = Log2Histogram(slots, 4, 100, 9, 1.0);  // bytes: per_unit 1
+  ASSERT_EQ(h.bucket.size(), 3u);
+  EXPECT_EQ(h.bucket[0].upper_bound, 512.0);
+  EXPECT_EQ(h.bucket[2].upper_bound, 2048.0);
+  EXPECT_EQ(h.bucket[2].cumulative_count, 6u);
+  EXPECT_EQ(h.sample_count, 10u);
+  EXPECT_EQ(h.sample_sum, 100.0);
+}
+
+}  // namespace
+}  // namespace mergewatch
