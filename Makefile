@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # mergewatch: build, run and test. Every output goes to $(BUILD)/.
 # `make help` lists the targets; `make V=1` shows the commands.
 

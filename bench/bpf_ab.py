@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """A/B of the BPF cost per I/O: two or more mergewatchd builds, run in turn on one RAM-backed loop device.
 
 What BENCHMARKS.md's per-change tables were measured with (section "Issue 14, the BPF half"): a 1 GiB loop device

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 /*
  * The floor for `make bench`: empty tp_btf programs on every tracepoint mergewatchd can attach.
  * bench/floor.c attaches the subset the daemon attached in the same scenario (bench/run.py reads

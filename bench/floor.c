@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The `make bench` floor loader: loads bench/floor.bpf.c, attaches the programs of the named
  * tracepoints (all of them when none is named), prints "attached N", then waits for SIGINT or

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 /*
  * The least any per-device request-size and latency histogram costs on the block tracepoints: what
  * issue 14's "BPF <= 300 ns per I/O with every feature on" is measured against (BENCHMARKS.md, "The

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """A/B of two mergewatchd binaries: time to READY=1 (sd_notify) and memory (VmHWM, VmRSS, RssAnon,
 RssFile) at READY and after one scrape, starts alternating A, B, A, B... The numbers of
 BENCHMARKS.md's "Peak RSS" table. Root, kernel BTF. Usage: peak_rss_ab.py A_BINARY B_BINARY [STARTS]"""

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """make bench: what mergewatchd costs, next to the tools a user would pick instead.
 
 Workloads on a RAM-backed loop device (a file in /dev/shm, scheduler none):

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """A/B of the /metrics scrape: two mergewatchd builds side by side on the same 32 loop devices.
 
 The bench's scrape setup (bench/run.py metrics_latency: 32 loop devices, fio doing 20 random 4 KiB

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
 /*
  * CO-RE shims for kernel struct changes, each chosen at load time from the running
  * kernel's BTF (bpf_core_field_exists), never from a version number.

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
 /*
  * The handlers, compiled once per program flavor (mergewatch.bpf.c includes this file
  * twice): MW_FN(name) gives each flavor its own names, MW_READ(src, a, b...) reads

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 /*
  * mergewatch: per-device request size, latency and merge accounting on the block
  * tracepoints. Everything is aggregated in the kernel into per-CPU histograms; the

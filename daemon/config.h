@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Command-line configuration, in the Prometheus exporters' flag style.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The daemon's lifecycle: listen, load and attach BPF, notify systemd, serve scrapes
 // until SIGINT/SIGTERM, then detach everything.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Process exit codes: each startup failure has its own, documented in the README.
 #pragma once
 

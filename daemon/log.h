@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Logging to stderr in a form journald keeps levels for.
 //
 // Under systemd (JOURNAL_STREAM set) every line starts with a "<N>" syslog priority

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // mergewatchd: thin entry point; everything else is in libmergewatch.
 #include <malloc.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The systemd notify protocol (sd_notify(3)), self-contained: one datagram to
 // $NOTIFY_SOCKET. A no-op when not started by systemd with Type=notify.
 #pragma once

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """docs/dashboard.png: the Grafana dashboard's panels (deploy/grafana/mergewatch.json), drawn with matplotlib
 from the real Prometheus during a real merge collapse on a loop device. Grafana is not packaged by Debian, so this
 is a rendering of the panels' own queries, not a Grafana screenshot.

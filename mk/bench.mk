@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # make bench: what mergewatchd costs next to bpftrace and libbpf-tools biolatency, and its floor
 # (bench/run.py, whose docstring explains the method; BENCHMARKS.md holds the results). Included by
 # the main Makefile. Not part of `make test`: it measures speed, which no test may assert.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Packaging and the monitoring mixin. Included by the main Makefile (before the rules that use $(DEB)).
 #
 #   make deb              $(BUILD)/deb/mergewatch_<version>_<arch>.deb from debian/ with dpkg-buildpackage,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Reliability: sanitizers and fuzzing. Included by the main Makefile.
 #
 #   make test-sanitize     unit tests built with ASan+UBSan (g++), objects in $(BUILD)/asan/,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Helpers shared by the suites (tests/integration, tests/deploy, tests/vm): free ports, RAM-backed
 loop devices, the BPF links a process holds, and the strict readers of a Prometheus scrape. Each
 suite's conftest (tests/vm: vmtest.py) imports them from here."""

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Prints one closing line over every test report make test wrote: GoogleTest JSON and pytest JUnit XML.
 
 Usage: summary.py REPORT...   Exits non-zero if any test failed or was skipped, or a report is missing.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Merge-collapse detector: finds disks that dispatch small requests one by one although
 // contiguous neighbours could have been merged (the 2019 nomerges=2 incident), and never
 // fires on small I/O that simply cannot merge.

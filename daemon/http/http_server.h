@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The HTTP endpoint, on GNU libmicrohttpd: a fixed pool of event-loop threads (epoll) serves
 // every connection, so idle or byte-at-a-time clients cost a socket and a little memory,
 // never a thread (civetweb, used before, holds a thread per connection: 4 idle connections

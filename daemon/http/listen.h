@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The sockets the HTTP server accepts on: bound from --web.listen-address, or handed over
 // by systemd (--web.systemd-socket). Opened before any BPF work, so a taken port is the
 // first and cheapest failure.

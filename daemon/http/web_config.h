@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // --web.config.file: TLS and basic authentication for the HTTP endpoint, in the format of the
 // Prometheus exporter-toolkit (https://github.com/prometheus/exporter-toolkit/blob/master/docs/web-configuration.md),
 // so fleets can use the file they already have and `promtool check web-config` checks it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Turns a map snapshot into Prometheus metric families at scrape time.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "metrics/exposition.h"
 
 #include <prometheus/text_serializer.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The text a scrape returns: prometheus-cpp's families, written as its TextSerializer writes them
 // (by a writer of our own, 15-20 times cheaper: BENCHMARKS.md, issue 14), with two fixes the
 // serializer does not make. Label values must be valid UTF-8 (the text format and Prometheus

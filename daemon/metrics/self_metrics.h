@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The exporter's own metrics: the process_* families every Prometheus exporter has, and what
 // the BPF programs cost. --web.disable-exporter-metrics leaves this collector out.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "metrics/state_metrics.h"
 
 #include <initializer_list>

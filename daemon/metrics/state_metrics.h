@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Metrics about what the daemon derives rather than counts: the block topology from
 // sysfs and the merge-collapse verdicts. Both are published by the main loop and read
 // by scrapes.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Loads and attaches the BPF programs in a short-lived child process, which hands the map,
 // program and link descriptors back over a socketpair (SCM_RIGHTS) and exits.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The loaded BPF programs and maps, as plain descriptors from the loader child (bpf_loader.h):
 // reads the maps, attaches block_bio_queue on demand. Destroying the object detaches every link.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A point-in-time copy of the BPF maps, summed over CPUs: the input of the exporter and
 // the detector, so both can be fed fixtures in tests.
 #pragma once

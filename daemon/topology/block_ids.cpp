@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "topology/block_ids.h"
 
 namespace mergewatch {

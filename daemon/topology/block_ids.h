@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Identities the kernel hands out for block I/O: device numbers and request operations.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "topology/device_events.h"
 
 #include <linux/netlink.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Block device add/remove/change events from the kernel's uevent netlink socket
 // (NETLINK_KOBJECT_UEVENT, multicast group 1: the kernel's own messages).
 //

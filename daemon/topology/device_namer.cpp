@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "topology/device_namer.h"
 
 #include <fcntl.h>

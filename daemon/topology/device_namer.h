@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Kernel names for the major:minor pairs BPF reports, resolved through sysfs.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Block-device topology read from sysfs: which dev_t is which device, which
 // devices are partitions of which disk, and how dm/md devices stack on disks.
 //

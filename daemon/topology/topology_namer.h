@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Device names for a scrape from the uevent-driven topology, without a system call per device,
 // while that topology is known to be current; from sysfs (SysfsDeviceNamer) otherwise.
 //

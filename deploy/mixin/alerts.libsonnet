@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // prometheusAlerts: the page (the daemon's own collapse verdict) and three warnings about the watch itself.
 //
 // The merge-collapse page is decided by the daemon's detector (mergewatch_merge_collapse, with its own

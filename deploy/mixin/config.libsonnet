@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one place to adapt the mixin to a site. Override in your own jsonnet:
 //   (import 'mixin.libsonnet') + { _config+:: { runbookURL: 'https://wiki.example.org/mergewatch/runbook' } }
 // or edit this file and run `make mixin`, which regenerates deploy/prometheus/mergewatch.rules.yml and

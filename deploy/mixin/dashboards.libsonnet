@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // grafanaDashboards: one dashboard, mergewatch.json. Plain Grafana JSON (schema 37, Grafana 9 and later),
 // written without grafonnet, which Debian does not package. Every panel target's `expr` is checked against a
 // real Prometheus scraping a real mergewatchd during a real merge collapse (tests/deploy/test_mixin.py), and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // mergewatch monitoring mixin (https://monitoring.mixins.dev/ conventions): prometheusAlerts,
 // prometheusRules, grafanaDashboards. Site settings are in config.libsonnet (_config).
 (import 'config.libsonnet')

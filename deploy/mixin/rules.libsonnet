@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // prometheusRules: recording rules for dashboards and ad-hoc queries. Idle devices get no sample instead of NaN.
 {
   prometheusRules+:: {

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only */
 /*
  * Would the kernel back-merge this bio into that request? The decision the block layer
  * takes in blk_rq_merge_ok() + blk_try_merge() + ll_back_merge_fn() (block/blk-merge.c),

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared helpers for the deployment tests: tools, free ports, processes stopped by PID, loop devices.
 
 Run as `python3 -m pytest tests/deploy` with MERGEWATCHD pointing at the built daemon. Tests marked

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A real merge collapse for the dashboard: used by tests/deploy/test_mixin.py (every dashboard query returns
 data) and docs/dashboard_picture.py (docs/dashboard.png). Real parts only:
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The alert path end to end, with real parts only: mergewatchd on real tracepoints -> a real Prometheus scraping
 it and evaluating the SHIPPED rule file -> a real Alertmanager -> a webhook receiver in this test.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The monitoring mixin (deploy/mixin/): it builds with jsonnet, the committed rule file and dashboard are exactly
 its output, its config is the one place for the job selector and runbook URL, what `make install` (and so the
 Debian package) ships is that output, and every dashboard query parses and returns data from a real Prometheus

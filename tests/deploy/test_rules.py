@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Prometheus side, without the daemon: rule syntax, rule unit tests, the example configurations."""
 import os
 import re

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The systemd unit, offline (PID 1 need not be systemd): verify, exposure score, and the daemon run under
 the unit's identity, capabilities, system-call filter and notify/watchdog contract without a service manager."""
 import os

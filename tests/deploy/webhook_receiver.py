@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A local HTTP endpoint for Alertmanager's webhook_configs: records every POST (path, JSON payload).
 
 Runs in a thread of the test process on 127.0.0.1 (port chosen by the kernel), so there is no process to

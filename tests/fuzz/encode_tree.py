@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Encodes sysfs fixture trees into topology_fuzz inputs (the format is described at the top of
 tests/fuzz/topology_fuzz.cpp).
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Runs a libFuzzer binary and turns its exit status into a JUnit report that tests/summary.py reads.
 
 Usage: run_fuzz.py --junit OUT.xml --log FUZZ.log --tmp-base DIR [--name topology_fuzz] -- FUZZER ARGS...

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer harness for the sysfs topology reader (daemon/topology/topology.h).
 //
 // Each input is decoded into a small sysfs-like tree in a fresh temp dir, then

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fixtures for the privileged tests: the real daemon, real loop devices, real I/O.
 
 These tests need root and kernel BTF. When make test runs them (MERGEWATCH_NO_SKIP=1)

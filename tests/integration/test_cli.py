@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Every way mergewatchd can fail to start says what to do and exits with its own code."""
 import signal
 import subprocess

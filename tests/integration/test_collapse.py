@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The merge-collapse detector on real loop devices with real I/O: raised only where a merge was lost."""
 import subprocess
 import time

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Devices added and removed reach /metrics through the kernel's uevents, not the periodic rescan:
 every daemon here runs with --topology.refresh-interval=1h. A new loop device made with
 /dev/loop-control has no backing file, so no I/O of its own can make BPF report an unknown device.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The HTTP endpoint under hostile and unusual conditions: a thousand idle and fifty trickling clients, IPv6,
 socket activation, odd bytes in device names, and the error exit path with scrapes in flight."""
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Missed-merge evidence by the kernel's own rules, and counts that stay exact, on loop devices.
 
 The kernel merges a bio into the newest request of its queue in the submitting task's plug

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The BPF programs are loaded in a short-lived child (daemon/source/bpf_loader.cpp): the kernel's BTF,
 parsed by us and by libbpf at load, never enters the daemon, so its peak RSS stays near its
 steady RSS. Asserted on the mechanism, not on a machine-dependent number of MiB."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Writes, flushes, FUA, discards, front merges and the max_sectors limit on real tracepoints, each
 counted against the loop device's own /sys/block/X/stat (reads are in test_requests.py)."""
 import mmap

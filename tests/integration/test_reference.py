@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The README's reference tables and the man page say what the daemon really has: every flag with its
 default, every metric family it exports."""
 import glob

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Reliability under churn, pressure, load and bad input: nothing crashes, nothing leaks, every
 failure says what to do. Real daemon, real loop devices, real I/O."""
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Request sizes, latencies and merges on real tracepoints, against a loop device's own stats.
 
 Every test runs twice: with the tp_btf programs (what the daemon picks) and with the raw_tp

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The sd_notify protocol as systemd sees it: READY only after listen and attach, STATUS, WATCHDOG, STOPPING."""
 import os
 import signal

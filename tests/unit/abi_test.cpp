@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The BPF/daemon ABI: bucket math shared by both sides, and the struct sizes both
 // compilers see, checked against the skeleton's own maps.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The kernel's back-merge decision as the BPF programs take it (include/mergewatch/merge_rules.h):
 // one test per rule of blk_rq_merge_ok() / blk_try_merge() / ll_back_merge_fn().
 #include <gtest/gtest.h>

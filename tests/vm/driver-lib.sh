@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck shell=bash
 # Shared by the systemd-mode drivers (tests/vm/systemd/driver.sh, tests/vm/package/driver.sh): sourced
 # first, as root in the guest under the host's systemd as PID 1. The sourcing driver sets `tag` (the

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # PID 1 of the VM test guest (busybox sh in the initramfs built by setup.sh).
 #
 # Root file system: the host's / (9p tag "hostroot", read-only) as the lower

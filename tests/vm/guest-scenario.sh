@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # Guest side of the VM test: the 2019 "LVM snapshot on NVMe, nomerges=2" incident.
 # Run by guest-init.sh inside the VM (never on the host: it pvcreates /dev/nvme0n1).
 #

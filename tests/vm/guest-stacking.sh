@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # Guest side, second part of the scenario boot (called at the end of guest-scenario.sh, same VM):
 # stacking decided at run time, on the real 6.1 kernel.
 #   1. block_bio_queue is attached only while a dm/md device is stacked on a disk, re-decided at

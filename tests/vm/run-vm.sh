@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Boot Debian's 6.1 kernel under qemu (TCG) with an emulated NVMe disk and run
 # tests/vm/guest-scenario.sh in it. Needs tests/vm/setup.sh to have run.
 #

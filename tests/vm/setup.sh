@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # One-time (idempotent) host setup for the VM test (tests/vm/run-vm.sh).
 #
 #   tests/vm/setup.sh [--build-dir DIR] [--no-install]

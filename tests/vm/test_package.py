@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Debian package in the Debian 6.1 VM under its real systemd (tests/vm/run-vm.sh --package, driver
 tests/vm/package/driver.sh): `apt-get install ./mergewatch_*.deb` enables and starts the service (Type=notify,
 /metrics answers with the programs attached, run as a dynamic user); `apt-get purge` leaves no unit, no process,

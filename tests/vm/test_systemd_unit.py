@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The shipped hardened unit under a real systemd: Debian's 6.1 kernel in qemu, the host's systemd 252 as PID 1.
 
 One VM run (tests/vm/run-vm.sh --systemd, 60-85 s under TCG) puts the output of

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The 2019 incident for real: Debian's 6.1 kernel in qemu, an LVM snapshot on an emulated NVMe disk.
 
 One VM run (tests/vm/run-vm.sh --part-disk --multipath, a few minutes under TCG) plays the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stacking decided at run time on Debian's 6.1 kernel: the second part of the scenario boot.
 
 tests/vm/guest-stacking.sh runs at the end of guest-scenario.sh, in the same VM as test_vm.py: one

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The VM tests' shared harness: one boot helper, one run-directory reader, one results parser, one
 Prometheus text parser, the last two shared with the other suites through tests/mwtest.py (tests/vm/README.md,
 "Test harness").

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The merge-collapse detector on synthetic snapshots with a fake clock: the cases that
 // must raise, and the small-I/O cases that must never page anyone.
 #include "detector/detector.h"

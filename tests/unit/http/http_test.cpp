@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The HTTP endpoint's pure parts and the label and number formatting the scrape depends on.
 #include <gtest/gtest.h>
 #include <prometheus/text_serializer.h>

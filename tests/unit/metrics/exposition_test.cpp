@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ExpositionWriter against the reference it replaces: MakeLabelsUtf8 + prometheus-cpp's
 // TextSerializer + ShortestBucketBounds. The library defines what is correct; these tests feed both
 // the same families, random ones with odd bytes and odd numbers, and require the same bytes.

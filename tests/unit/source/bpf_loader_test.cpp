@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The loader child's reply: what the parent accepts, and what it refuses without keeping a
 // descriptor. Descriptors here are plain numbers; nothing is opened or closed.
 #include "source/bpf_loader.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Walking BPF hash map keys while the daemon deletes some: each key must be summed once.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Topology parsing against the synthetic sysfs trees in tests/fixtures/sysfs
 // (built by make-fixtures.sh). Never touches the host's /sys.
 //

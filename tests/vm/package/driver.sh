@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # Driver of the package VM test (tests/vm/run-vm.sh --package DEB, tests/vm/test_package.py): runs as root
 # in the guest under the host's systemd as PID 1, on Debian's 6.1 kernel, with nothing of mergewatch
 # installed. It installs the package as a fleet host would (`apt-get install ./mergewatch_*.deb`),

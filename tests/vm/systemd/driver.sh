@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # Driver of the systemd-mode VM test (tests/vm/run-vm.sh --systemd): runs as root in the
 # guest, started by mergewatch-vmtest-driver.service under the host's systemd as PID 1, with
 # `make install DESTDIR=` output (daemon, unit, /etc/default/mergewatchd) copied into the root.
