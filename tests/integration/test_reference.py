@@ -59,7 +59,8 @@ def readme_metrics():
 
 
 def test_every_documented_metric_is_in_the_code():
-    code = "".join(open(p).read() for p in glob.glob(os.path.join(REPO, "daemon", "*.cpp")))
+    code = "".join(open(p).read() for ext in ("cpp", "h")
+                   for p in glob.glob(os.path.join(REPO, "daemon", "**", "*." + ext), recursive=True))
     missing = {m for m in readme_metrics() if f'"{m}"' not in code}
     assert not missing, "documented in the README, exported nowhere"
 
