@@ -57,6 +57,14 @@ ParseResult ParseFlags(int argc, const char* const* argv) {
       ->capture_default_str();
   app.add_option("--path.btf", config.btf_path, "Kernel BTF file used for CO-RE relocation")
       ->capture_default_str();
+  app.add_option("--path.procfs", config.procfs_root,
+                 "procfs mount point, for diskstats (the diskstats source reads /sys/block/*/stat where it is hidden)")
+      ->capture_default_str();
+  app.add_option("--source", config.source,
+                 "Where the evidence comes from: bpf (exit if BPF cannot load), diskstats (no BPF at all: reduced "
+                 "evidence), or auto: BPF, else diskstats with the reason in the log and mergewatch_detection_info")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "bpf", "diskstats"}));
   app.add_option("--log.level", log_level, "Log level: debug, info, warn, error")->capture_default_str();
   app.add_option("--bpf.inflight-entries", config.inflight_entries,
                  "Slots of the in-flight table (rounded up to a power of two); requests finding theirs busy are "

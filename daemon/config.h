@@ -23,6 +23,8 @@ struct Config {
   std::string telemetry_path = "/metrics";
   std::string sysfs_root = "/sys";
   std::string btf_path = "/sys/kernel/btf/vmlinux";
+  std::string procfs_root = "/proc";
+  std::string source = "auto";  // --source: auto, bpf or diskstats (source/source.h)
   LogLevel log_level = LogLevel::kInfo;
   uint32_t inflight_entries = MW_DEFAULT_INFLIGHT_ENTRIES;
   std::string program_type = "auto";  // auto (tp_btf, else raw_tp), tp_btf or raw_tp

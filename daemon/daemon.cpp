@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -20,6 +21,8 @@
 #include <string>
 
 #include "source/bpf_probes.h"
+#include "source/diskstats.h"
+#include "source/source.h"
 #include "topology/device_events.h"
 #include "topology/device_namer.h"
 #include "exit_codes.h"
@@ -142,20 +145,64 @@ void TraceBioLevelWhereNeeded(const Topology& topology, BpfProbes* probes) {
   }
 }
 
-void Tick(BpfProbes& source, DeviceNamer& namer, TopologyKeeper* topology, CollapseDetector* detector,
+// The evidence sources: the one read now, the BPF programs while they run, and whether a BPF
+// load that failed for a cause that can pass (ENOMEM, EBUSY) is tried again.
+struct Sources {
+  ActiveSource* active = nullptr;
+  std::shared_ptr<BpfProbes> bpf;  // null while detection runs on diskstats
+  bool retry_bpf = false;
+  TimePoint last_bpf_try{};
+};
+
+std::shared_ptr<BpfProbes> LoadBpf(const Config& config, ProbeError* kind, std::string* error) {
+  ProbeOptions options;
+  options.btf_path = config.btf_path;
+  options.inflight_entries = config.inflight_entries;
+  options.program_type = config.program_type;
+  return std::shared_ptr<BpfProbes>(BpfProbes::Load(options, kind, error));
+}
+
+// At each --topology.refresh-interval while on diskstats after a BPF failure that can pass. The
+// loader forks (bpf_loader.h) while the HTTP thread runs: the child only loads and answers, and a
+// child that hangs is killed at the loader's timeout; the next refresh tries again.
+void RetryBpf(const Config& config, Sources* sources, const Topology& topology,
+              std::shared_ptr<BpfProbes>* published) {
+  const TimePoint now = TopologyKeeper::Now();
+  if (!sources->retry_bpf || now - sources->last_bpf_try < config.topology_refresh) return;
+  sources->last_bpf_try = now;
+  ProbeError kind = ProbeError::kNone;
+  std::string error;
+  std::shared_ptr<BpfProbes> probes = LoadBpf(config, &kind, &error);
+  if (!probes) {
+    sources->retry_bpf = BpfFailureCanPass(kind, error);
+    LogWarn("BPF still cannot run (" + error + "): detection stays on diskstats" +
+            (sources->retry_bpf ? ", trying again at the next topology refresh" : ", not tried again"));
+    sources->active->SetStatus(DiskstatsStatus(error));
+    return;
+  }
+  TraceBioLevelWhereNeeded(topology, probes.get());
+  sources->bpf = probes;
+  std::atomic_store(published, probes);
+  sources->retry_bpf = false;
+  sources->active->Switch(probes, SourceStatus{});
+  LogInfo("attached " + std::to_string(probes->attached_count()) + " BPF programs using " + probes->mode() +
+          ": detection runs on BPF again (full evidence)");
+}
+
+void Tick(Sources& sources, DeviceNamer& namer, TopologyKeeper* topology, CollapseDetector* detector,
           StateCollector* state) {
   Snapshot snapshot;
   try {
-    snapshot = source.Read();
+    snapshot = sources.active->Read();
   } catch (const std::exception& e) {
-    LogError(std::string("reading the BPF maps failed: ") + e.what());
+    LogError(std::string(sources.bpf ? "reading the BPF maps failed: " : "reading diskstats failed: ") + e.what());
     return;
   }
   topology->RefreshFor(snapshot);
-  TraceBioLevelWhereNeeded(*topology->current(), &source);
+  if (sources.bpf) TraceBioLevelWhereNeeded(*topology->current(), sources.bpf.get());
   StaleKeys stale = FindStaleKeys(snapshot, *topology, namer);
   if (!stale.empty()) {
-    source.Forget(stale);
+    sources.active->Forget(stale);
     LogDebug("dropped the data of removed devices: " + std::to_string(stale.stats.size()) + " device keys, " +
              std::to_string(stale.origins.size()) + " origin keys");
   }
@@ -229,9 +276,9 @@ class DeviceWatch {
 // Once a tick (1 s, or half the watchdog interval) the detector sees a fresh snapshot and the
 // watchdog is fed; a due event rescan publishes the new topology at once. Returns the signal
 // that ended it, or -1 on an error.
-int ServeUntilSignal(const Config& config, BpfProbes& probes, DeviceNamer& namer, DeviceWatch& watch,
-                     TopologyNames* names, TopologyKeeper* topology, CollapseDetector* detector,
-                     StateCollector* state) {
+int ServeUntilSignal(const Config& config, Sources& sources, std::shared_ptr<BpfProbes>* published,
+                     DeviceNamer& namer, DeviceWatch& watch, TopologyNames* names, TopologyKeeper* topology,
+                     CollapseDetector* detector, StateCollector* state) {
   const uint64_t watchdog_usec = SdWatchdogUsec();
   const Duration tick = std::chrono::milliseconds(
       watchdog_usec > 0 ? static_cast<long>(std::min<uint64_t>(watchdog_usec / 2000, 1000)) : 1000);
@@ -288,7 +335,8 @@ int ServeUntilSignal(const Config& config, BpfProbes& probes, DeviceNamer& namer
     const TimePoint now = TopologyKeeper::Now();
     if (now >= next_tick || rescanned) {
       if (watchdog_usec > 0) SdNotify("WATCHDOG=1");
-      Tick(probes, namer, topology, detector, state);
+      RetryBpf(config, &sources, *topology->current(), published);
+      Tick(sources, namer, topology, detector, state);
       next_tick = now + tick;
       if (config.fail_after_ticks != 0 && ++ticks >= config.fail_after_ticks) {
         LogError("--debug.fail-after-ticks=" + std::to_string(config.fail_after_ticks) + " reached: failing");
@@ -399,20 +447,47 @@ int RunDaemon(const Config& config) {
   }
   const std::string listen_names = listeners.Names();
 
-  SdNotify("STATUS=loading BPF programs");
-  ProbeOptions options;
-  options.btf_path = config.btf_path;
-  options.inflight_entries = config.inflight_entries;
-  options.program_type = config.program_type;
-  ProbeError kind = ProbeError::kNone;
-  // Forks the loader child (bpf_loader.h): keep this before the first thread (the HTTP server's),
-  // so the child is a copy of a single-threaded process with no lock held.
-  std::unique_ptr<BpfProbes> probes = BpfProbes::Load(options, &kind, &error);
-  if (!probes) {
-    Fail(error, ExitCodeFor(kind));
-    return ExitCodeFor(kind);
+  SourceChoice choice = SourceChoice::kAuto;
+  if (!ParseSourceChoice(config.source, &choice)) {
+    Fail("--source: \"" + config.source + "\" is not auto, bpf or diskstats", kExitUsage);
+    return kExitUsage;
   }
-  LogInfo("attached " + std::to_string(probes->attached_count()) + " BPF programs using " + probes->mode());
+  Sources sources;
+  SourceStatus source_status;
+  if (choice == SourceChoice::kDiskstats) {
+    source_status = DiskstatsStatus("--source=diskstats");
+    LogInfo("--source=diskstats: no BPF; detection runs on diskstats (reduced evidence: no per-request sizes, "
+            "missed merges, latencies or remap origins)");
+  } else {
+    SdNotify("STATUS=loading BPF programs");
+    ProbeError kind = ProbeError::kNone;
+    // Forks the loader child (bpf_loader.h): keep this before the first thread (the HTTP server's),
+    // so the child is a copy of a single-threaded process with no lock held.
+    sources.bpf = LoadBpf(config, &kind, &error);
+    sources.last_bpf_try = TopologyKeeper::Now();
+    if (!sources.bpf && choice == SourceChoice::kBpf) {
+      Fail(error, ExitCodeFor(kind));
+      return ExitCodeFor(kind);
+    }
+    if (sources.bpf) {
+      LogInfo("attached " + std::to_string(sources.bpf->attached_count()) + " BPF programs using " +
+              sources.bpf->mode());
+    } else {
+      // --source=auto: a dark host is worse than reduced evidence, but never a silent downgrade.
+      sources.retry_bpf = BpfFailureCanPass(kind, error);
+      source_status = DiskstatsStatus(error);
+      LogWarn("BPF cannot run: " + error + ". Detection runs on diskstats instead (reduced evidence: no "
+              "per-request sizes, missed merges, latencies or remap origins; see mergewatch_detection_info); " +
+              (sources.retry_bpf ? "BPF is tried again at each topology refresh"
+                                 : "BPF is not tried again (the cause needs an operator; --source=bpf exits instead)"));
+    }
+  }
+  std::shared_ptr<SnapshotSource> first_source = sources.bpf;
+  if (!first_source) first_source = std::make_shared<DiskstatsSource>(config.procfs_root, config.sysfs_root);
+  ActiveSource active(first_source, source_status);
+  sources.active = &active;
+  // What the scrapes' program-cost collector reads: swapped atomically when a BPF retry succeeds.
+  std::shared_ptr<BpfProbes> published_bpf = sources.bpf;
 
   SysfsDeviceNamer namer(config.sysfs_root);
   DaemonStatus status{VersionString(), KernelRelease(), 1u << InflightSlotBits(config.inflight_entries)};
@@ -424,19 +499,23 @@ int RunDaemon(const Config& config) {
   // Scrapes name devices from the topology while the events say it is current, else by sysfs.
   TopologyNames names(namer, watch.fd() >= 0 ? std::function<bool()>([&watch] { return watch.Unread(); })
                                              : std::function<bool()>());
-  auto collector = std::make_shared<MetricsCollector>(*probes, names, status);
+  auto collector = std::make_shared<MetricsCollector>(active, names, status);
   auto state = std::make_shared<StateCollector>();
-  std::vector<std::shared_ptr<prometheus::Collectable>> collectables = {collector, state};
+  std::vector<std::shared_ptr<prometheus::Collectable>> collectables = {
+      collector, state, std::make_shared<DetectionInfoCollector>(active)};
   if (!config.disable_exporter_metrics) {
-    BpfProbes* p = probes.get();
-    collectables.push_back(std::make_shared<SelfCollector>([p] { return p->ProgramCosts(); }));
+    std::shared_ptr<BpfProbes>* p = &published_bpf;
+    collectables.push_back(std::make_shared<SelfCollector>([p] {
+      const std::shared_ptr<BpfProbes> probes = std::atomic_load(p);
+      return probes ? probes->ProgramCosts() : std::vector<ProgramCost>{};
+    }));
   }
 
   TopologyKeeper topology(config.sysfs_root, config.topology_refresh);
   topology.OnScan([&names, &watch](std::shared_ptr<const Topology> current) {
     names.Publish(std::move(current), watch.pending());
   });
-  TraceBioLevelWhereNeeded(*topology.current(), probes.get());
+  if (sources.bpf) TraceBioLevelWhereNeeded(*topology.current(), sources.bpf.get());
   CollapseDetector detector(config.collapse);
   state->Publish(topology.current(), detector.Verdicts());
 
@@ -452,13 +531,15 @@ int RunDaemon(const Config& config) {
   LogInfo("listening on " + listen_names + (http.web.tls() ? " (TLS)" : "") +
           (http.web.users.empty() ? "" : " (basic auth)") + ", metrics at " + config.telemetry_path);
 
-  std::string ready_status = "serving " + config.telemetry_path + " on " + listen_names + ", " +
-                             std::to_string(probes->attached_count()) + " programs attached (" + probes->mode() +
-                             ")";
+  std::string ready_status =
+      "serving " + config.telemetry_path + " on " + listen_names + ", " +
+      (sources.bpf ? std::to_string(sources.bpf->attached_count()) + " programs attached (" + sources.bpf->mode() + ")"
+                   : std::string("on diskstats (reduced evidence, no BPF)"));
   SdNotify("READY=1\nSTATUS=" + ready_status);
   LogInfo("ready: " + ready_status);
 
-  const int exit_signal = ServeUntilSignal(config, *probes, namer, watch, &names, &topology, &detector, state.get());
+  const int exit_signal =
+      ServeUntilSignal(config, sources, &published_bpf, namer, watch, &names, &topology, &detector, state.get());
   if (exit_signal < 0) return kExitFailure;
 
   LogInfo(std::string("received ") + strsignal(exit_signal) + ", shutting down");
@@ -467,8 +548,11 @@ int RunDaemon(const Config& config) {
   collectables.clear();
   collector.reset();
   state.reset();
-  probes.reset();   // destroys every link: nothing of ours stays attached
-  LogInfo("BPF programs detached, exiting");
+  const bool had_bpf = sources.bpf != nullptr;
+  std::atomic_store(&published_bpf, std::shared_ptr<BpfProbes>());
+  sources = Sources{};
+  active.Switch(nullptr, active.status());  // the last owner of the probes: destroys every link
+  LogInfo(had_bpf ? "BPF programs detached, exiting" : "exiting");
   return kExitOk;
 }
 

@@ -69,6 +69,7 @@ bool CollapseDetector::IsCandidate(const BlockDevice& device) const {
 std::vector<CollapseEvent> CollapseDetector::Update(TimePoint now, const Snapshot& snapshot,
                                                     const Topology& topology) {
   Sample sample{now, {}};
+  reduced_ = snapshot.reduced;
   // Data of a device's predecessor at the same major:minor (older diskseq) is not its own.
   // A native NVMe multipath path disk's requests count under its head namespace.
   const auto same_device = [&topology](uint32_t major, uint32_t minor, uint64_t diskseq) -> const BlockDevice* {
@@ -177,6 +178,16 @@ CollapseEvidence CollapseDetector::Evaluate(const std::string& disk, const Total
                                             const Topology& topology) const {
   CollapseEvidence e;
   e.window_seconds = seconds;
+  e.reduced = reduced_;
+  if (const BlockDevice* device = topology.FindByName(disk)) {
+    e.nomerges = device->queue.nomerges;
+    e.max_request_bytes = static_cast<double>(device->queue.max_sectors_kb) * 1024;
+    for (const std::string& path : device->multipath_paths)  // merging happens in the paths' queues
+      if (const BlockDevice* p = topology.FindByName(path)) {
+        e.nomerges = std::max(e.nomerges, p->queue.nomerges);
+        e.max_request_bytes = static_cast<double>(p->queue.max_sectors_kb) * 1024;
+      }
+  }
   e.requests = delta.requests;
   e.requests_per_second = Ratio(static_cast<double>(delta.requests), seconds);
   e.small_share = Ratio(static_cast<double>(delta.small_requests), static_cast<double>(delta.requests));
@@ -233,7 +244,19 @@ CollapseEvidence CollapseDetector::Evaluate(const std::string& disk, const Total
   return e;
 }
 
+bool ReducedCondition(const CollapseEvidence& e, const CollapsePolicy& policy) {
+  if (e.requests_per_second < policy.min_requests_per_second || e.mean_request_bytes <= 0) return false;
+  if (e.merge_share > policy.max_merge_share) return false;
+  const bool upper_is_larger =
+      e.upper_mean_bio_bytes > 0 && e.upper_mean_bio_bytes >= policy.min_upper_size_ratio * e.mean_request_bytes;
+  const bool merging_off_small = e.nomerges == 2 && e.max_request_bytes > 0 &&
+                                 e.mean_request_bytes * policy.min_run_size_ratio <= e.max_request_bytes;
+  if (!upper_is_larger && !merging_off_small) return false;
+  return policy.require_upper == UpperRequirement::kNone || !e.upper.empty();
+}
+
 bool CollapseDetector::Condition(const CollapseEvidence& e) const {
+  if (e.reduced) return ReducedCondition(e, policy_);
   if (e.requests_per_second < policy_.min_requests_per_second) return false;
   if (e.missed_share < policy_.min_missed_share) return false;
   if (e.merge_share > policy_.max_merge_share) return false;
@@ -264,7 +287,11 @@ std::string CollapseDetector::Describe(bool onset, const std::string& disk, cons
       if (p != nullptr) nomerges = std::max(nomerges, p->queue.nomerges);
     }
   }
-  std::string evidence = Number(e.requests_per_second) + " requests/s, " + Percent(e.missed_share) +
+  std::string evidence = e.reduced ? Number(e.requests_per_second) + " requests/s, " + Percent(e.merge_share) +
+                                        " merged, mean request " + Number(e.mean_request_bytes) +
+                                        " bytes (diskstats: reduced evidence, per-request sizes and missed "
+                                        "merges unseen)"
+                                  : Number(e.requests_per_second) + " requests/s, " + Percent(e.missed_share) +
                          " missed merges, " + Number(e.back_merges_per_second, "%.1f") +
                          " back merges/s, mean request " + Number(e.mean_request_bytes) +
                          " bytes where merging would have built " + Number(e.merged_request_bytes) + " (" +

@@ -67,7 +67,20 @@ struct CollapseEvidence {
   std::string upper;
   double upper_mean_bio_bytes = 0;   // 0 when the upper device received no bios in the window
   double upper_request_share = 0;    // share of the disk's requests remapped from upper
+  // Reduced evidence (the diskstats source): no missed merges or runs; the condition rests on
+  // the mean sizes, the merge share and the queue settings instead (ReducedCondition).
+  bool reduced = false;
+  int nomerges = -1;                 // the disk's queue/nomerges (its multipath paths' worst)
+  double max_request_bytes = 0;      // queue/max_sectors_kb in bytes; 0 if unknown
 };
+
+// The collapse condition on reduced evidence (no per-request data), pure: enough requests, about
+// no merges, small requests, and either the upper device's mean I/O at least min_upper_size_ratio
+// times the disk's mean request (splits that were not merged back, where the upper counts the
+// bios it received), or the queue forbidding merges (nomerges=2) with requests at most
+// 1/min_run_size_ratio of max_sectors_kb (on 6.1 a dm device counts its split pieces, so its
+// mean is the disk's own and only the setting tells the collapse apart).
+bool ReducedCondition(const CollapseEvidence& e, const CollapsePolicy& policy);
 
 struct DiskVerdict {
   std::string device;
@@ -128,6 +141,7 @@ class CollapseDetector {
   CollapsePolicy policy_;
   std::regex lower_regex_;
   std::deque<Sample> samples_;
+  bool reduced_ = false;  // the last snapshot's evidence was reduced
   std::map<std::string, DiskState> disks_;
 };
 

@@ -117,6 +117,9 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
   MetricFamily size = Family("mergewatch_request_size_bytes",
                              "Size of each request dispatched to the driver (block_rq_issue).",
                              MetricType::Histogram);
+  if (snapshot.reduced)
+    size.help = "Requests completed and their bytes (diskstats: count and sum exact, per-request sizes unseen, so "
+                "only le=\"+Inf\").";
   MetricFamily latency = Family("mergewatch_request_latency_seconds",
                                 "Device time of each request, from dispatch (block_rq_issue) to its final completion.",
                                 MetricType::Histogram);
@@ -167,6 +170,19 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
     for (uint64_t v : stats.size_slots) issued += v;
     for (uint64_t v : stats.bio_size_slots) bios += v;
 
+    // Reduced evidence (diskstats): count and sum exact under le="+Inf" only, merges without
+    // back/front, nothing it cannot see (latency, missed merges, runs; a dm device's own diskstats
+    // count its split pieces on 6.1, not the bios it received: no mergewatch_bio_size_bytes).
+    if (snapshot.reduced) {
+      if (issued > 0) {
+        ClientMetric::Histogram& h = add(&size, base).histogram;
+        h.sample_count = issued;
+        h.sample_sum = static_cast<double>(stats.size_sum_bytes);
+        with_kind[2].value = "all";
+        add(&merges, with_kind).counter.value = static_cast<double>(stats.back_merges + stats.front_merges);
+      }
+      continue;
+    }
     // Request-based devices have dispatches; bio-based ones only bios. Emit what the device has.
     if (issued > 0) {
       FillLog2Histogram(stats.size_slots, size_bounds, stats.size_sum_bytes, 1.0, &add(&size, base).histogram);
@@ -238,24 +254,26 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
                                "already running on that CPU (an interrupt's completion on top of another); flushes and "
                                "passthrough commands are not in it.",
                                MetricType::Counter);
-  for (int i = 0; i < MW_CNT_FIRST_NOT_LOST; ++i)
+  for (int i = 0; i < MW_CNT_FIRST_NOT_LOST && !snapshot.reduced; ++i)
     events.metric.push_back(
         CounterValue({{"reason", kCounterNames[i]}}, static_cast<double>(snapshot.event_counts[i])));
-  events.metric.push_back(
-      CounterValue({{"reason", "program_nested"}}, static_cast<double>(snapshot.nested_runs_skipped)));
+  if (!snapshot.reduced)
+    events.metric.push_back(
+        CounterValue({{"reason", "program_nested"}}, static_cast<double>(snapshot.nested_runs_skipped)));
   MetricFamily not_io = Family("mergewatch_non_io_requests_total",
                                "Requests dispatched that are not block I/O and are in no size or latency histogram: "
                                "flush (REQ_OP_FLUSH, empty flushes and the flush sequences of FUA/PREFLUSH writes), "
                                "passthrough (SG_IO, NVMe admin and ioctl commands).",
                                MetricType::Counter);
   for (int i = MW_CNT_FIRST_NOT_LOST; i < MW_CNT_MAX; ++i)
-    not_io.metric.push_back(CounterValue({{"kind", kCounterNames[i]}}, static_cast<double>(snapshot.event_counts[i])));
+    if (!snapshot.reduced || i == MW_CNT_FLUSH)  // diskstats counts flushes, never passthrough
+      not_io.metric.push_back(CounterValue({{"kind", kCounterNames[i]}}, static_cast<double>(snapshot.event_counts[i])));
 
   MetricFamily capacity = Family("mergewatch_bpf_inflight_capacity",
                                  "Slots of the in-flight table (--bpf.inflight-entries rounded up to a power of two); "
                                  "each request may use one of two, a request finding both busy is not counted (inflight_map_full).",
                                  MetricType::Gauge);
-  capacity.metric.push_back(GaugeValue({}, status.inflight_capacity));
+  if (!snapshot.reduced) capacity.metric.push_back(GaugeValue({}, status.inflight_capacity));
 
   MetricFamily unresolved_family = Family("mergewatch_unresolved_devices",
                                           "Devices with BPF data but no entry in sysfs now (removed, or a wrong "

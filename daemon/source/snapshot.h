@@ -60,6 +60,10 @@ struct Snapshot {
   // that CPU (bpf_prog_info.recursion_misses, 5.12+): a completion in an interrupt on top of a
   // completion in a kworker. Each is an event lost (a request untimed, or not counted).
   uint64_t nested_runs_skipped = 0;
+  // Reduced evidence (the diskstats source, source/diskstats.h): request counts and bytes sit
+  // in the overflow slot (no per-request sizes), merges in back_merges (back and front not told
+  // apart), no latencies, no missed merges, no origins. The exporter and the detector read it.
+  bool reduced = false;
 };
 
 // Keys of devices that no longer exist (or whose major:minor now belongs to a newer disk).

@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "source/source.h"
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+namespace mergewatch {
+
+const char* const kDiskstatsMissing = "request_sizes,missed_merges,merge_runs,latency,remap_origins";
+
+bool ParseSourceChoice(const std::string& text, SourceChoice* out) {
+  if (text == "auto") *out = SourceChoice::kAuto;
+  else if (text == "bpf") *out = SourceChoice::kBpf;
+  else if (text == "diskstats") *out = SourceChoice::kDiskstats;
+  else return false;
+  return true;
+}
+
+SourceStatus DiskstatsStatus(const std::string& reason) {
+  SourceStatus status;
+  status.source = "diskstats";
+  status.evidence = "reduced";
+  status.missing = kDiskstatsMissing;
+  status.reason = reason;
+  return status;
+}
+
+prometheus::MetricFamily DetectionInfoFamily(const SourceStatus& status) {
+  prometheus::MetricFamily family;
+  family.name = "mergewatch_detection_info";
+  family.help =
+      "Where the detector's evidence comes from: source bpf (evidence full) or diskstats (evidence reduced: "
+      "no per-request sizes, missed merges, latencies or remap origins, listed in missing); reason says why "
+      "BPF is not used. Always 1.";
+  family.type = prometheus::MetricType::Gauge;
+  // The reason's first line, bounded: a label, not a log (the log has all of it).
+  std::string reason = status.reason.substr(0, status.reason.find('\n'));
+  if (reason.size() > 200) reason = reason.substr(0, 197) + "...";
+  prometheus::ClientMetric metric;
+  metric.label = {{"source", status.source}, {"evidence", status.evidence}, {"missing", status.missing},
+                  {"reason", reason}};
+  metric.gauge.value = 1;
+  family.metric.push_back(std::move(metric));
+  return family;
+}
+
+bool BpfFailureCanPass(ProbeError kind, const std::string& message) {
+  // kNoPrivilege is EPERM from bpf() or no capability; lockdown refuses with EPERM too.
+  if (kind != ProbeError::kLoad) return false;
+  if (message.find("lockdown") != std::string::npos) return false;
+  // The loader reports errno through strerror() (bpf_loader.cpp): match those words.
+  return message.find(strerror(ENOMEM)) != std::string::npos || message.find(strerror(EBUSY)) != std::string::npos;
+}
+
+ActiveSource::ActiveSource(std::shared_ptr<SnapshotSource> source, SourceStatus status)
+    : source_(std::move(source)), status_(std::move(status)) {}
+
+std::shared_ptr<SnapshotSource> ActiveSource::Current() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return source_;
+}
+
+Snapshot ActiveSource::Read() { return Current()->Read(); }
+
+void ActiveSource::Forget(const StaleKeys& keys) { Current()->Forget(keys); }
+
+void ActiveSource::Switch(std::shared_ptr<SnapshotSource> source, SourceStatus status) {
+  std::shared_ptr<SnapshotSource> old;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    old = std::move(source_);
+    source_ = std::move(source);
+    status_ = std::move(status);
+  }
+  // `old` is destroyed here, or by the last scrape still reading it.
+}
+
+void ActiveSource::SetStatus(SourceStatus status) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  status_ = std::move(status);
+}
+
+SourceStatus ActiveSource::status() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return status_;
+}
+
+}  // namespace mergewatch

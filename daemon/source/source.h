@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: Apache-2.0
+// Where the evidence comes from: the BPF programs (full evidence) or the kernel's diskstats
+// (reduced evidence, no BPF at all). Both are SnapshotSources producing the same Snapshot for
+// the exporter and the detector; ActiveSource is the one the daemon reads now, and says which
+// and why (mergewatch_detection_info): never a silent downgrade.
+#pragma once
+
+#include <prometheus/collectable.h>
+#include <prometheus/metric_family.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "source/bpf_loader.h"
+#include "source/snapshot.h"
+
+namespace mergewatch {
+
+enum class SourceChoice { kAuto, kBpf, kDiskstats };  // --source
+bool ParseSourceChoice(const std::string& text, SourceChoice* out);
+
+// What the detector has to work with, as mergewatch_detection_info labels it.
+struct SourceStatus {
+  std::string source = "bpf";    // bpf or diskstats
+  std::string evidence = "full"; // full, reduced or blind
+  std::string missing;           // comma-separated kinds of evidence this source cannot see; "" for none
+  std::string reason;            // why this source: "" for BPF as asked, else the BPF failure or the flag
+};
+
+// The kinds of evidence the diskstats source has no way to see.
+extern const char* const kDiskstatsMissing;
+
+// The status of running on diskstats for `reason` ("--source=diskstats", or the BPF failure).
+SourceStatus DiskstatsStatus(const std::string& reason);
+
+// mergewatch_detection_info{source, evidence, missing, reason} 1: pure.
+prometheus::MetricFamily DetectionInfoFamily(const SourceStatus& status);
+
+// Whether a failed BPF load may succeed later by itself: memory (ENOMEM, a memlock or cgroup
+// limit, a full kernel) or a busy resource (EBUSY). Never a missing privilege (EPERM), lockdown,
+// missing BTF or a program the kernel's verifier refuses: those need an operator.
+bool BpfFailureCanPass(ProbeError kind, const std::string& message);
+
+// The source the daemon reads now. Read/Forget go to the current one; Switch replaces it (the
+// BPF retry succeeded) while scrapes run. Thread-safe.
+class ActiveSource final : public SnapshotSource {
+ public:
+  ActiveSource(std::shared_ptr<SnapshotSource> source, SourceStatus status);
+  Snapshot Read() override;
+  void Forget(const StaleKeys& keys) override;
+  void Switch(std::shared_ptr<SnapshotSource> source, SourceStatus status);
+  void SetStatus(SourceStatus status);  // the same source, a new reason
+  SourceStatus status() const;
+
+ private:
+  std::shared_ptr<SnapshotSource> Current() const;
+  mutable std::mutex mutex_;
+  std::shared_ptr<SnapshotSource> source_;
+  SourceStatus status_;
+};
+
+// The collector of mergewatch_detection_info for a scrape.
+class DetectionInfoCollector final : public prometheus::Collectable {
+ public:
+  explicit DetectionInfoCollector(const ActiveSource& source) : source_(source) {}
+  std::vector<prometheus::MetricFamily> Collect() const override { return {DetectionInfoFamily(source_.status())}; }
+
+ private:
+  const ActiveSource& source_;
+};
+
+}  // namespace mergewatch
