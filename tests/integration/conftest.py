@@ -55,10 +55,11 @@ def pytest_configure(config):
 class Daemon:
     """mergewatchd started on a free loopback port; stopped with SIGTERM at teardown."""
 
-    def __init__(self, args):
+    def __init__(self, args, wrapper=()):
         self.port = free_port()
         self.log = tempfile.NamedTemporaryFile(prefix="mergewatchd-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen([DAEMON, f"--web.listen-address=127.0.0.1:{self.port}", *args],
+        # wrapper: a command that execs the daemon in its place (setpriv), so proc.pid stays the daemon's.
+        self.proc = subprocess.Popen([*wrapper, DAEMON, f"--web.listen-address=127.0.0.1:{self.port}", *args],
                                      stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while "level=info msg=\"ready:" not in self.log_text():
@@ -96,8 +97,8 @@ class Daemon:
 def daemon_factory():
     started = []
 
-    def start(*args):
-        d = Daemon(list(args))
+    def start(*args, wrapper=()):
+        d = Daemon(list(args), wrapper)
         started.append(d)
         return d
 
