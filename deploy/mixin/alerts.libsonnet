@@ -73,10 +73,14 @@ local fold(text) = std.join(' ', std.split(std.rstripChars(text, '\n'), '\n')); 
           labels: { severity: c.warningSeverity },
           annotations: {
             summary: 'mergewatchd runs but a required BPF program is not attached.',
+            // mode="none": BPF cannot run there (or --source=diskstats), and the daemon detects on diskstats.
             description: fold(|||
-              mergewatchd at {{ $labels.instance }} reports its {{ $labels.mode }} program on {{ $labels.tracepoint }}
-              as not attached: request sizes and latencies from this host are missing or wrong, and merge collapse
-              cannot be detected.
+              {{ if eq $labels.mode "none" }}mergewatchd at {{ $labels.instance }} runs without BPF: detection runs
+              on the reduced source (diskstats; mergewatch_detection_info says why): no per-request sizes, missed
+              merges or latencies, and merge collapse is judged from mean sizes, merges and queue settings only.{{
+              else }}mergewatchd at {{ $labels.instance }} reports its {{ $labels.mode }} program on {{
+              $labels.tracepoint }} as not attached: request sizes and latencies from this host are missing or wrong,
+              and merge collapse cannot be detected.{{ end }}
             |||),
             runbook_url: runbook('MergewatchBpfNotAttached'),
           },

@@ -36,14 +36,15 @@ def test_bad_listen_address():
 
 @pytest.mark.privileged
 def test_missing_btf_is_explained():
-    r = run(f"--web.listen-address=127.0.0.1:{free_port()}", "--path.btf=/nonexistent/vmlinux")
+    # --source=bpf: the default (auto) runs on diskstats instead (test_diskstats_source.py).
+    r = run(f"--web.listen-address=127.0.0.1:{free_port()}", "--path.btf=/nonexistent/vmlinux", "--source=bpf")
     assert r.returncode == EXIT_NO_BTF, r.stderr
     assert "/nonexistent/vmlinux" in r.stderr and "CONFIG_DEBUG_INFO_BTF" in r.stderr
 
 
 @pytest.mark.privileged
 def test_unprivileged_user_is_told_what_is_needed():
-    r = run(f"--web.listen-address=127.0.0.1:{free_port()}", user="nobody")
+    r = run(f"--web.listen-address=127.0.0.1:{free_port()}", "--source=bpf", user="nobody")
     assert r.returncode == EXIT_NO_PRIVILEGE, r.stderr
     assert "CAP_BPF" in r.stderr and "root" in r.stderr
 
@@ -136,7 +137,8 @@ def test_bpf_load_or_attach_failure_exits_6_with_libbpf_lines():
     stages = set()
     for nofile in range(8, 64, 2):
         port = free_port()
-        proc = subprocess.Popen(["prlimit", f"--nofile={nofile}", DAEMON, f"--web.listen-address=127.0.0.1:{port}"],
+        proc = subprocess.Popen(["prlimit", f"--nofile={nofile}", DAEMON, f"--web.listen-address=127.0.0.1:{port}",
+                                 "--source=bpf"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
             _, stderr = proc.communicate(timeout=10)

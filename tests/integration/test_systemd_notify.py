@@ -69,7 +69,8 @@ def test_startup_failure_is_reported_to_systemd():
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         sock.bind(path)
         sock.settimeout(10)
-        r = subprocess.run([DAEMON, f"--web.listen-address=127.0.0.1:{free_port()}", "--path.btf=/nonexistent"],
+        r = subprocess.run([DAEMON, f"--web.listen-address=127.0.0.1:{free_port()}", "--path.btf=/nonexistent",
+                            "--source=bpf"],
                            env=dict(os.environ, NOTIFY_SOCKET=path), capture_output=True, timeout=30)
         assert r.returncode == 3
         messages = []
