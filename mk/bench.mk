@@ -43,6 +43,8 @@ bench: deps-bench
 bench-run: $(DAEMON) $(BENCH_FLOOR_OBJ) $(BENCH_FLOOR) $(BENCH_LOWER_BOUND_OBJS)
 	@mkdir -p $(BENCH_DIR)
 	$(PYTHON) bench/run.py $(BENCH_RUN_ARGS)
+	$(PYTHON) bench/diskstats_cost.py --daemon $(CURDIR)/$(DAEMON) $(if $(filter-out 0,$(BENCH_QUICK)),--idle 5 --scrapes 50)
+	$(PYTHON) bench/diskstats_cost.py --daemon $(CURDIR)/$(DAEMON) --procfs-hidden $(if $(filter-out 0,$(BENCH_QUICK)),--idle 5 --scrapes 50)
 
 # The floor: empty tp_btf programs on the same tracepoints, loaded by a minimal libbpf loader.
 $(BENCH_FLOOR_OBJ): bench/floor.bpf.c $(VMLINUX_H)
