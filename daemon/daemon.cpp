@@ -474,6 +474,8 @@ int RunDaemon(const Config& config) {
               sources.bpf->mode());
     } else {
       // --source=auto: a dark host is worse than reduced evidence, but never a silent downgrade.
+      if (LockdownMode(config.sysfs_root) == "confidentiality")
+        error = "kernel lockdown=confidentiality (BPF may not read kernel memory): " + error;
       sources.retry_bpf = BpfFailureCanPass(kind, error);
       source_status = DiskstatsStatus(error);
       LogWarn("BPF cannot run: " + error + ". Detection runs on diskstats instead (reduced evidence: no "

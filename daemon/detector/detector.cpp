@@ -300,7 +300,8 @@ std::string CollapseDetector::Describe(bool onset, const std::string& disk, cons
   if (!e.upper.empty() && e.upper_request_share > 0)
     evidence += ", " + Percent(e.upper_request_share) + " of them remapped from " + e.upper;
   if (!e.upper.empty() && e.upper_mean_bio_bytes > 0)
-    evidence += ", " + e.upper + " receives " + Number(e.upper_mean_bio_bytes) + "-byte bios";
+    evidence += e.reduced ? ", " + e.upper + "'s own diskstats: mean I/O " + Number(e.upper_mean_bio_bytes) + " bytes"
+                          : ", " + e.upper + " receives " + Number(e.upper_mean_bio_bytes) + "-byte bios";
   std::string where = disk + (e.upper.empty() ? "" : " (under " + e.upper + ")");
   if (queues.size() > 1 || queues[0] != disk) {
     where += " (multipath paths";

@@ -3,6 +3,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <utility>
 
 namespace mergewatch {
@@ -43,6 +44,16 @@ prometheus::MetricFamily DetectionInfoFamily(const SourceStatus& status) {
   metric.gauge.value = 1;
   family.metric.push_back(std::move(metric));
   return family;
+}
+
+std::string LockdownMode(const std::string& sysfs_root) {
+  std::ifstream in(sysfs_root + "/kernel/security/lockdown");
+  std::string text;
+  if (!std::getline(in, text)) return "";
+  const size_t open = text.find('['), close = text.find(']');
+  return open != std::string::npos && close != std::string::npos && close > open
+             ? text.substr(open + 1, close - open - 1)
+             : "";
 }
 
 bool BpfFailureCanPass(ProbeError kind, const std::string& message) {

@@ -190,13 +190,17 @@ bt_stop() {	# bt_stop OUTFILE
 # One daemon per case, so that a verdict raised in one case (it clears only after
 # --collapse.clear-after) cannot leak into the next; its log is the case's daemon log.
 daemon_log=$OUT/daemon.log
-daemon_start() {	# daemon_start LOGFILE
+# A case named nocap-* runs its daemon stripped of CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN (setpriv, as a
+# security policy would): --source=auto must fall back to diskstats and still page.
+daemon_start() {	# daemon_start LOGFILE [CASE]
 	daemon_log=$1
+	local wrap=()
+	[[ "${2:-}" == nocap-* ]] && wrap=(setpriv --inh-caps=-bpf,-perfmon,-sys_admin --bounding-set=-bpf,-perfmon,-sys_admin)
 	[ -x "$DAEMON" ] || die "daemon $DAEMON is not executable in the guest"
 	[ -n "$METRICS_URL" ] || die "MW_METRICS_URL is empty"
-	log "starting daemon: $DAEMON $DAEMON_ARGS"
+	log "starting daemon: ${wrap[*]} $DAEMON $DAEMON_ARGS"
 	# shellcheck disable=SC2086  # MW_DAEMON_ARGS is a word list on purpose
-	"$DAEMON" $DAEMON_ARGS > "$daemon_log" 2>&1 &
+	"${wrap[@]}" "$DAEMON" $DAEMON_ARGS > "$daemon_log" 2>&1 &
 	daemon_pid=$!
 	daemon_up() {
 		kill -0 "$daemon_pid" 2>/dev/null || { tail -n 40 "$daemon_log"; die "daemon exited during start-up"; }
@@ -232,6 +236,9 @@ attach_mode() {
 
 # ------------------------------------------------------------------ start
 log "guest $(uname -r), $(nproc) CPUs, $(awk '/MemTotal/ {print $2 " kB"}' /proc/meminfo); cases: $CASES"
+# The lockdown mode the guest booted with (run-vm.sh --append lockdown=...): "[none] integrity confidentiality".
+mountpoint -q /sys/kernel/security || mount -t securityfs securityfs /sys/kernel/security 2>/dev/null || true
+cat /sys/kernel/security/lockdown > "$OUT/lockdown.txt" 2>/dev/null || echo "no lockdown LSM" > "$OUT/lockdown.txt"
 : > "$OUT/results.txt"
 
 # Loopback: the daemon listens on 127.0.0.1 and we scrape it there.
@@ -404,7 +411,7 @@ run_case() {	# run_case NAME NOMERGES KIND MOUNT SCHEDULER
 	echo 3 > /proc/sys/vm/drop_caches
 
 	if [ -n "$DAEMON" ]; then
-		daemon_start "$p.daemon.log"
+		daemon_start "$p.daemon.log" "$name"
 		[ -s "$OUT/attach-mode.txt" ] || attach_mode
 		scrape "$p.before.prom"
 	fi

@@ -24,6 +24,7 @@
 #     --part-disk          also give the guest a second single-path NVMe disk (serial mwpart01)
 #                          that the scenario partitions, for LVM on a partition
 #     --script PATH        run PATH in the guest instead of tests/vm/guest-scenario.sh
+#     --append "WORDS"     add WORDS to the guest kernel's command line (e.g. lockdown=confidentiality)
 #                          (exploration; the tests use the scenario)
 #     --systemd            systemd mode (needs --daemon): boot the host's systemd as PID 1 with
 #                          `make install DESTDIR=DIR/rootfs DAEMON=<--daemon>` copied into the
@@ -71,6 +72,7 @@ mem=${MW_VM_MEM:-2048}
 multipath=${MW_VM_MULTIPATH:-0}
 part_disk=${MW_VM_PART_DISK:-0}
 script=${MW_VM_SCRIPT:-$here/guest-scenario.sh}
+extra_append=${MW_VM_APPEND:-}
 verbose=0
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d'; }
@@ -94,6 +96,7 @@ while [ $# -gt 0 ]; do
 	--multipath) multipath=1; shift ;;
 	--part-disk) part_disk=1; shift ;;
 	--script) script=$2; shift 2 ;;
+	--append) extra_append=$2; shift 2 ;;
 	-v|--verbose) verbose=1; shift ;;
 	-h|--help) usage; exit 0 ;;
 	*) echo "run-vm.sh: unknown argument: $1 (see --help)" >&2; exit 2 ;;
@@ -267,6 +270,7 @@ if [ "$systemd" = 1 ]; then
 else
 	append="console=ttyS0 panic=-1 mitigations=off mw.script=$script mw.moddir=$MODDIR"
 fi
+[ -z "$extra_append" ] || append+=" $extra_append"
 start=$(date +%s.%N)
 # TCG only: KVM does not work on this host kind (see tests/vm/README.md).
 # -nodefaults: no VGA/NIC/floppy; the guest needs no network besides loopback.

@@ -221,3 +221,21 @@ TEST(ParseSourceChoice, TheThreeValuesOnly) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(LockdownMode, TheBracketedWordOrNothing) {
+  char tmpl[] = "/tmp/mw-lockdown-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string root = tmpl;
+  EXPECT_EQ(mergewatch::LockdownMode(root), "");  // no securityfs
+  ASSERT_EQ(mkdir((root + "/kernel").c_str(), 0755), 0);
+  ASSERT_EQ(mkdir((root + "/kernel/security").c_str(), 0755), 0);
+  std::ofstream(root + "/kernel/security/lockdown") << "none integrity [confidentiality]\n";
+  EXPECT_EQ(mergewatch::LockdownMode(root), "confidentiality");
+  std::ofstream(root + "/kernel/security/lockdown") << "garbage]x[\n";
+  EXPECT_EQ(mergewatch::LockdownMode(root), "");
+  std::system(("rm -rf " + root).c_str());
+}
+
+}  // namespace
