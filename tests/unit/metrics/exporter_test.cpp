@@ -122,6 +122,39 @@ TEST(Exporter, BioBasedDevicesExportBioSizesOnly) {
   EXPECT_EQ(text.find("mergewatch_request_size_bytes_count{device=\"dm-3\""), std::string::npos);
 }
 
+// The diskstats source's snapshot (reduced): count and sum under le="+Inf" only, merges as kind="all", nothing
+// it cannot see (latency, missed merges, a dm device's split pieces as bio sizes, BPF drop counters).
+TEST(Exporter, ReducedSnapshotExportsOnlyWhatDiskstatsCanSay) {
+  Snapshot snap;
+  snap.reduced = true;
+  mw_dev_stats& nvme = snap.stats[{259, 0, 0}];
+  nvme.size_slots[MW_SIZE_SLOTS - 1] = 16384;
+  nvme.size_sum_bytes = 16384ull * 4096;
+  nvme.back_merges = 7;
+  mw_dev_stats& dm = snap.stats[{253, 3, 0}];
+  dm.bio_size_slots[MW_SIZE_SLOTS - 1] = 16384;
+  dm.bio_size_sum_bytes = 16384ull * 4096;
+  snap.event_counts[MW_CNT_FLUSH] = 3;
+  snap.programs = {{"block_rq_issue", "none", false}};
+  const std::string text = Expose(snap);
+  EXPECT_NE(text.find("mergewatch_request_size_bytes_count{device=\"nvme1n1\",op=\"read\"} 16384\n"
+                      "mergewatch_request_size_bytes_sum{device=\"nvme1n1\",op=\"read\"} 67108864\n"
+                      "mergewatch_request_size_bytes_bucket{device=\"nvme1n1\",op=\"read\",le=\"+Inf\"} 16384\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("le=\"4096\""), std::string::npos);
+  EXPECT_NE(text.find("mergewatch_bio_merges_total{device=\"nvme1n1\",op=\"read\",kind=\"all\"} 7"),
+            std::string::npos);
+  EXPECT_EQ(text.find("kind=\"back\""), std::string::npos);
+  for (const char* absent : {"mergewatch_request_latency_seconds_count{", "mergewatch_missed_merges_total{",
+                             "mergewatch_bio_size_bytes_count{", "device=\"dm-3\"", "mergewatch_bpf_events_dropped_total{",
+                             "kind=\"passthrough\"", "\nmergewatch_bpf_inflight_capacity "})
+    EXPECT_EQ(text.find(absent), std::string::npos) << absent;
+  EXPECT_NE(text.find("mergewatch_non_io_requests_total{kind=\"flush\"} 3"), std::string::npos);
+  EXPECT_NE(text.find("mergewatch_bpf_program_attached{tracepoint=\"block_rq_issue\",mode=\"none\"} 0"),
+            std::string::npos);
+}
+
 // loop7 was detached and attached again: the old incarnation's keys (diskseq 41) must not
 // show under the name, the new one's (42) must.
 TEST(Exporter, DataOfAPreviousIncarnationOfTheMinorIsNotExported) {
