@@ -25,6 +25,7 @@
 #                          that the scenario partitions, for LVM on a partition
 #     --script PATH        run PATH in the guest instead of tests/vm/guest-scenario.sh
 #     --append "WORDS"     add WORDS to the guest kernel's command line (e.g. lockdown=confidentiality)
+#     --no-stacking        skip guest-stacking.sh after the cases (a boot that checks only its cases)
 #                          (exploration; the tests use the scenario)
 #     --systemd            systemd mode (needs --daemon): boot the host's systemd as PID 1 with
 #                          `make install DESTDIR=DIR/rootfs DAEMON=<--daemon>` copied into the
@@ -73,6 +74,7 @@ multipath=${MW_VM_MULTIPATH:-0}
 part_disk=${MW_VM_PART_DISK:-0}
 script=${MW_VM_SCRIPT:-$here/guest-scenario.sh}
 extra_append=${MW_VM_APPEND:-}
+stacking=${MW_VM_STACKING:-1}
 verbose=0
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d'; }
@@ -97,6 +99,7 @@ while [ $# -gt 0 ]; do
 	--part-disk) part_disk=1; shift ;;
 	--script) script=$2; shift 2 ;;
 	--append) extra_append=$2; shift 2 ;;
+	--no-stacking) stacking=0; shift ;;
 	-v|--verbose) verbose=1; shift ;;
 	-h|--help) usage; exit 0 ;;
 	*) echo "run-vm.sh: unknown argument: $1 (see --help)" >&2; exit 2 ;;
@@ -165,6 +168,7 @@ touch "$out/.mw-vm-run"
 	printf 'MW_PACKAGE=%q\n' "$package"
 	printf 'MW_MULTIPATH=%q\n' "$multipath"
 	printf 'MW_PART_DISK=%q\n' "$part_disk"
+	printf 'MW_STACKING=%q\n' "$stacking"
 } > "$out/guest.env"
 
 # systemd mode: a tree that guest-init.sh copies over the guest's root before switch_root.

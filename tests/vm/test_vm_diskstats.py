@@ -21,7 +21,7 @@ CASES = ["snap-nm2:2:seq:snap", "snap-nm0:0:seq:snap", "origin-nm2:2:seq:origin"
 def lockdown_run():
     return boot(RUN, "--daemon", DAEMON, "--daemon-args", "--web.listen-address=127.0.0.1:9863",
                 "--metrics-url", "http://127.0.0.1:9863/metrics", "--append", "lockdown=confidentiality",
-                "--cases", " ".join(CASES), timeout=1500)
+                "--cases", " ".join(CASES), "--no-stacking", timeout=1500)
 
 
 class Case:
