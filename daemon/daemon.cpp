@@ -474,7 +474,8 @@ int RunDaemon(const Config& config) {
               sources.bpf->mode());
     } else {
       // --source=auto: a dark host is worse than reduced evidence, but never a silent downgrade.
-      if (LockdownMode(config.sysfs_root) == "confidentiality")
+      // Only a verifier refusal is lockdown's doing: a missing capability is refused first, and says so.
+      if (kind == ProbeError::kLoad && LockdownMode(config.sysfs_root) == "confidentiality")
         error = "kernel lockdown=confidentiality (BPF may not read kernel memory): " + error;
       sources.retry_bpf = BpfFailureCanPass(kind, error);
       source_status = DiskstatsStatus(error);
