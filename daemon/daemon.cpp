@@ -385,6 +385,7 @@ int RunDaemon(const Config& config) {
   std::string error;
   HttpOptions http;
   http.telemetry_path = config.telemetry_path;
+  http.web_config_file = config.web_config_file;
   if (!config.web_config_file.empty() &&
       !LoadWebConfig(config.web_config_file, &http.web, &http.secrets, &error)) {
     Fail("--web.config.file: " + error, kExitUsage);
