@@ -68,6 +68,15 @@ ParseResult ParseFlags(int argc, const char* const* argv) {
                  "one (raw_tp reads each field with bpf_probe_read_kernel, slower)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "tp_btf", "raw_tp"}));
+  std::string devices_include, devices_exclude = kDefaultDeviceExclude;
+  app.add_option("--devices.include", devices_include,
+                 "Regex (ECMAScript, searched in the kernel name) of the devices to export; only these get series. "
+                 "Mutually exclusive with --devices.exclude")
+      ->capture_default_str();
+  app.add_option("--devices.exclude", devices_exclude,
+                 "Regex (ECMAScript, searched in the kernel name) of the devices that get no series; an excluded "
+                 "device still shows as the upper device of a page")
+      ->capture_default_str();
   std::string refresh = "1m";
   app.add_option("--topology.refresh-interval", refresh,
                  "How often sysfs is rescanned regardless of events, for queue settings (devices added, removed or "
@@ -150,6 +159,12 @@ ParseResult ParseFlags(int argc, const char* const* argv) {
     error = "--collapse.raise-after must be a duration like 5s, got \"" + raise_after + "\"";
   } else if (!ParseDuration(clear_after, &policy.clear_after)) {
     error = "--collapse.clear-after must be a duration like 30s, got \"" + clear_after + "\"";
+  } else if (app.count("--devices.include") > 0 && app.count("--devices.exclude") > 0 && !devices_include.empty() &&
+             !devices_exclude.empty()) {
+    error = "--devices.include and --devices.exclude are mutually exclusive";
+  } else if (!DeviceFilter::Make(devices_include, devices_include.empty() ? devices_exclude : "", &config.devices,
+                                 &error)) {
+    // error set
   } else if (!ValidRegex(policy.lower_devices)) {
     error = "--collapse.lower-devices is not a valid extended regular expression: \"" + policy.lower_devices + "\"";
   } else if (config.telemetry_path.empty() || config.telemetry_path[0] != '/' || config.telemetry_path == "/") {
@@ -164,6 +179,9 @@ ParseResult ParseFlags(int argc, const char* const* argv) {
     result.output = "mergewatchd: " + error + "\n";
     return result;
   }
+  config.collapse.excluded_device = [devices = config.devices](const std::string& name) {
+    return devices.Excluded(name);
+  };
   result.run = true;
   return result;
 }

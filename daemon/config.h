@@ -10,6 +10,7 @@
 
 #include "detector/detector.h"
 #include "log.h"
+#include "metrics/device_filter.h"
 #include "mergewatch/abi.h"
 
 namespace mergewatch {
@@ -30,6 +31,7 @@ struct Config {
   // written by an admin) shows within this.
   Duration topology_refresh = std::chrono::minutes(1);
   CollapsePolicy collapse;
+  DeviceFilter devices;  // --devices.include / --devices.exclude
   // Tests only (hidden flag): the main loop returns an error after this many ticks, so the
   // error exit path runs with scrapes in flight.
   uint32_t fail_after_ticks = 0;

@@ -363,7 +363,8 @@ void RaiseFileLimit() {
 }
 
 // One scrape: every collector's families, label values made UTF-8, in the text format.
-std::string RenderScrape(const std::vector<std::shared_ptr<prometheus::Collectable>>& collectables) {
+std::string RenderScrape(const std::vector<std::shared_ptr<prometheus::Collectable>>& collectables,
+                         const DeviceFilter& devices) {
   std::vector<prometheus::MetricFamily> families;
   for (const auto& collectable : collectables) {
     try {
@@ -372,6 +373,7 @@ std::string RenderScrape(const std::vector<std::shared_ptr<prometheus::Collectab
       LogError(std::string("scrape: a collector failed: ") + e.what());
     }
   }
+  DropExcludedDevices(devices, &families);
   return RenderExposition(std::move(families));
 }
 
@@ -381,6 +383,7 @@ int RunDaemon(const Config& config) {
   SdNotify("STATUS=starting");
   RaiseFileLimit();
   for (const std::string& warning : config.deprecated_flags) LogWarn(warning);
+  LogInfo("series for " + config.devices.Describe());
 
   std::string error;
   HttpOptions http;
@@ -445,7 +448,8 @@ int RunDaemon(const Config& config) {
   // this function, return or exception, the server is destroyed first, and its destructor
   // returns only once no scrape runs.
   std::unique_ptr<HttpServer> server = HttpServer::Start(
-      listeners.Release(), http, [collectables] { return RenderScrape(collectables); }, &error);
+      listeners.Release(), http,
+      [collectables, devices = config.devices] { return RenderScrape(collectables, devices); }, &error);
   if (!server) {
     Fail(error, kExitListen);
     return kExitListen;

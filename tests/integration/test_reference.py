@@ -26,7 +26,8 @@ def readme_flags():
     table = readme_section("Flags")
     flags = {}
     for row in table.splitlines():
-        cells = [c.strip() for c in row.strip("|").split("|")]
+        # A `\|` inside a cell (a regex default) is a pipe, not a column.
+        cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", row.strip().strip("|"))]
         if len(cells) >= 2 and cells[0].startswith("`--"):
             for flag in re.findall(r"`(--[a-z][a-z.-]*)`", cells[0]):
                 flags[flag] = cells[1].strip("`")
