@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <arpa/inet.h>
+#include <sys/utsname.h>
 
 #include <CLI/CLI.hpp>
 #include <regex>
@@ -15,7 +16,32 @@
 
 namespace mergewatch {
 
+#ifndef MERGEWATCH_BRANCH
+#define MERGEWATCH_BRANCH ""
+#endif
+#ifndef MERGEWATCH_REVISION
+#define MERGEWATCH_REVISION ""
+#endif
+#ifndef MERGEWATCH_BUILD_DATE
+#define MERGEWATCH_BUILD_DATE ""
+#endif
+#ifndef MERGEWATCH_TOOLCHAIN
+#define MERGEWATCH_TOOLCHAIN ""
+#endif
+
 std::string VersionString() { return MERGEWATCH_VERSION; }
+
+std::string VersionReport() {
+  auto or_unknown = [](const char* s) { return std::string(*s != '\0' ? s : "unknown"); };
+  std::string machine = "unknown";
+  if (utsname uts{}; uname(&uts) == 0) machine = uts.machine;
+  // node_exporter's layout (prometheus/common/version), so fleet tooling that parses one parses both.
+  return "mergewatchd, version " + VersionString() + " (branch: " + or_unknown(MERGEWATCH_BRANCH) +
+         ", revision: " + or_unknown(MERGEWATCH_REVISION) + ")\n" +
+         "  build date:       " + or_unknown(MERGEWATCH_BUILD_DATE) + "\n" +
+         "  toolchain:        " + or_unknown(MERGEWATCH_TOOLCHAIN) + "\n" +
+         "  platform:         linux/" + machine + "\n";
+}
 
 namespace {
 
@@ -140,7 +166,7 @@ ParseResult ParseFlags(int argc, const char* const* argv) {
         "--collapse.min-small-share is deprecated and ignored: the detector compares the requests' size with "
         "what merging would have built (--collapse.min-run-size-ratio), so that 8 and 16 KiB pieces count too");
   if (show_version) {
-    result.output = "mergewatchd " + VersionString() + "\n";
+    result.output = VersionReport();
     return result;
   }
   std::string error;

@@ -51,5 +51,7 @@ struct ParseResult {
 ParseResult ParseFlags(int argc, const char* const* argv);
 
 std::string VersionString();
+// --version: version, branch, revision, build date, toolchain and platform, as node_exporter prints them.
+std::string VersionReport();
 
 }  // namespace mergewatch
