@@ -84,6 +84,10 @@ ParseResult ParseFlags(int argc, const char* const* argv) {
   app.add_option("--path.btf", config.btf_path, "Kernel BTF file used for CO-RE relocation")
       ->capture_default_str();
   app.add_option("--log.level", log_level, "Log level: debug, info, warn, error")->capture_default_str();
+  std::string log_format = "logfmt";
+  app.add_option("--log.format", log_format,
+                 "Log format: logfmt, or json (one JSON object per line, without the journal's priority prefix)")
+      ->capture_default_str();
   app.add_option("--bpf.inflight-entries", config.inflight_entries,
                  "Slots of the in-flight table (rounded up to a power of two); requests finding theirs busy are "
                  "counted as dropped")
@@ -173,6 +177,8 @@ ParseResult ParseFlags(int argc, const char* const* argv) {
   ListenAddress unused;
   if (!ParseLogLevel(log_level, &config.log_level)) {
     error = "--log.level must be one of debug, info, warn, error, got \"" + log_level + "\"";
+  } else if (!ParseLogFormat(log_format, &config.log_format)) {
+    error = "--log.format must be logfmt or json, got \"" + log_format + "\"";
   } else if (config.listen_addresses.empty() && !config.systemd_socket) {
     error = "--web.listen-address: at least one address is needed";
   } else if (!ParseDuration(refresh, &config.topology_refresh) || config.topology_refresh.count() <= 0) {

@@ -25,6 +25,7 @@ struct Config {
   std::string sysfs_root = "/sys";
   std::string btf_path = "/sys/kernel/btf/vmlinux";
   LogLevel log_level = LogLevel::kInfo;
+  LogFormat log_format = LogFormat::kLogfmt;
   uint32_t inflight_entries = MW_DEFAULT_INFLIGHT_ENTRIES;
   std::string program_type = "auto";  // auto (tp_btf, else raw_tp), tp_btf or raw_tp
   // A safety net: device add/remove/change arrive as uevents; what has none (queue/ settings

@@ -379,6 +379,7 @@ std::string RenderScrape(const std::vector<std::shared_ptr<prometheus::Collectab
 
 int RunDaemon(const Config& config) {
   SetLogLevel(config.log_level);
+  SetLogFormat(config.log_format);
   LogInfo("starting mergewatchd " + VersionString() + " on kernel " + KernelRelease());
   SdNotify("STATUS=starting");
   RaiseFileLimit();

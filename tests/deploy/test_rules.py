@@ -38,7 +38,7 @@ def test_every_alert_has_the_documented_labels_and_annotations():
         assert a.get("for") and a.get("labels", {}).get("severity"), f"{a['alert']} has no for: or severity"
         for key in ("summary", "description", "runbook_url"):
             assert a["annotations"].get(key), f"{a['alert']} has no {key}"
-    assert alerts[0]["labels"]["severity"] == "page"
+    assert alerts[0]["labels"]["severity"] == "critical"
 
 
 def test_runbook_urls_point_at_sections_of_the_runbook():
@@ -61,7 +61,7 @@ def test_example_prometheus_config_is_valid(workdir):
     os.mkdir(sd)
     shutil.copy(os.path.join(PROM, "file_sd", "mergewatch-example.yml"), sd)
     config = open(os.path.join(PROM, "prometheus.example.yml")).read()
-    config = config.replace("/etc/prometheus/rules/mergewatch.rules.yml", RULES)
+    config = config.replace("/usr/share/mergewatch/prometheus/mergewatch.rules.yml", RULES)
     config = config.replace("/etc/prometheus/file_sd/mergewatch/", sd + "/")
     path = os.path.join(workdir, "prometheus.yml")
     open(path, "w").write(config)

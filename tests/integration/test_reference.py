@@ -157,6 +157,20 @@ def test_man_page_renders_without_warnings():
     assert "mergewatchd" in out
 
 
+def test_man_page_environment_lists_every_variable_the_daemon_reads():
+    """ENVIRONMENT names exactly the variables the daemon's code passes to getenv()."""
+    code = ""
+    for root, _, files in os.walk(os.path.join(REPO, "daemon")):
+        for name in files:
+            if name.endswith((".cpp", ".h")):
+                with open(os.path.join(root, name)) as f:
+                    code += f.read()
+    read = set(re.findall(r'getenv\("([A-Z_]+)"\)', code))
+    assert {"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "JOURNAL_STREAM"} <= read
+    documented = set(re.findall(r"^ {7}([A-Z][A-Z_]+)$", man_section("ENVIRONMENT"), re.M))
+    assert documented == read, f"man page ENVIRONMENT {sorted(documented)}, getenv() in daemon/ {sorted(read)}"
+
+
 def man_flags():
     """{flag: default} from the man page's OPTIONS: tag lines `--flag=value (default: X)`, `--version`, `-h, --help`."""
     flags = {}

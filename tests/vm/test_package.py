@@ -119,6 +119,13 @@ def test_version_report_is_the_package_build(res):
            f"--version: {report!r} (expected version {version}, build date {date})")
 
 
+def test_installed_example_prometheus_config_passes_promtool(res):
+    """/usr/share/mergewatch/prometheus/prometheus.example.yml as the package installs it names the rule file the
+    package installs: `promtool check config` in the guest accepts it."""
+    expect(res.get("example_config_rc") == "0" and "SUCCESS" in read("promtool-example.txt"),
+           f"promtool check config: rc {res.get('example_config_rc')}\n{read('promtool-example.txt')}")
+
+
 def test_apt_get_remove_stops_and_disables_the_socket(res):
     """An admin enabled and started mergewatchd.socket (opt-in); `apt-get remove` stops and disables it with the
     service: nothing listens for a binary that is gone."""

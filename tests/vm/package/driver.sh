@@ -80,6 +80,9 @@ bpf_snapshot installed
 res uid "$(awk '/^Uid:/ { print $2 }' "/proc/$(prop MainPID)/status" 2>/dev/null)"
 main_pid=$(prop MainPID)
 res version_report "$(/usr/sbin/mergewatchd --version 2>&1 | tr '\n' ';')"
+# The shipped example Prometheus config, as installed, names the installed rule file (host's promtool).
+promtool check config /usr/share/mergewatch/prometheus/prometheus.example.yml > "$out/promtool-example.txt" 2>&1
+res example_config_rc "$?"
 
 # 2b. An admin opts in to the socket (on another port: the running service holds :9863; the drop-in is
 #     this driver's, in /run, removed below), then `apt-get remove`: the package's prerm must stop and
