@@ -67,6 +67,18 @@ def test_the_package_ships_the_generated_rules_and_dashboard():
                 assert tar.extractfile(shipped).read() == f.read(), f"{shipped} in the .deb is not {committed}"
 
 
+def test_readme_lists_every_run_time_library_the_package_depends_on():
+    """README's list of run-time libraries is the package's Depends (dh_shlibdeps), no more, no less."""
+    depends = subprocess.run(["dpkg-deb", "-f", deb_path(), "Depends"], capture_output=True, text=True,
+                             check=True).stdout
+    packages = {d.strip().split()[0] for d in depends.split(",")}
+    with open(os.path.join(REPO, "README.md")) as f:
+        readme = f.read()
+    listed = readme.split("the package's dependencies are the run-time libraries", 1)[1].split(")", 1)[0]
+    listed = {p.strip() for p in listed.strip().lstrip("(").replace("\n", " ").split(",")}
+    assert listed == packages, f"README lists {sorted(listed)}, the package depends on {sorted(packages)}"
+
+
 def test_apt_get_install_enables_and_starts_the_service(res):
     print(f"apt-get install took {res.get('install_seconds')} s: {res.get('package_status')}")
     expect(res.get("kernel", "").startswith("6.1.") and res.get("virtualization") == "qemu",
