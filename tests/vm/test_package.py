@@ -47,7 +47,7 @@ read, expect = RUN.text, RUN.expect
 
 @pytest.fixture(scope="module")
 def res():
-    boot(RUN, "--package", deb_path(), timeout=600, driver=True)
+    boot(RUN, "--package", deb_path(), timeout=900, driver=True)  # install, remove, purge: 3 apt runs
     return RUN.results()
 
 
