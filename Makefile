@@ -190,6 +190,23 @@ $(SKEL): $(BPF_OBJ)
 	$(call msg,GEN-SKEL,$@)
 	$(Q)$(BPFTOOL) gen skeleton $< name mergewatch_bpf > $@
 
+# --version's build facts, like node_exporter's (branch, revision, build date, toolchain), compiled into config.o
+# alone. A build without git (the Debian package) has no branch or revision; its date is SOURCE_DATE_EPOCH
+# (dpkg-buildpackage sets it from debian/changelog), so the package build is reproducible. config.o is rebuilt
+# when any of them but the date changes (the stamp file); the date is then that compile's.
+GIT_BRANCH   ?= $(shell git rev-parse --abbrev-ref HEAD 2>/dev/null)
+GIT_REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+BUILD_DATE   ?= $(shell date -u -d "@$${SOURCE_DATE_EPOCH:-$$(date +%s)}" +%Y%m%d-%H:%M:%S)
+TOOLCHAIN    ?= $(shell $(CXX) --version 2>/dev/null | head -n1)
+BUILD_FACTS  := $(VERSION)|$(GIT_BRANCH)|$(GIT_REVISION)|$(TOOLCHAIN)
+$(BUILD)/build-facts: FORCE | $(BUILD)/obj
+	$(Q)[ "$$(cat $@ 2>/dev/null)" = '$(BUILD_FACTS)' ] || printf '%s\n' '$(BUILD_FACTS)' > $@
+$(BUILD)/obj/config.o: $(BUILD)/build-facts
+$(BUILD)/obj/config.o: CPPFLAGS += -DMERGEWATCH_BRANCH='"$(GIT_BRANCH)"' -DMERGEWATCH_REVISION='"$(GIT_REVISION)"' \
+	-DMERGEWATCH_BUILD_DATE='"$(BUILD_DATE)"' -DMERGEWATCH_TOOLCHAIN='"$(TOOLCHAIN)"'
+.PHONY: FORCE
+FORCE:
+
 $(BUILD)/obj/%.o: daemon/%.cpp | $(BUILD)/obj $(SKEL)
 	$(call msg,CXX,$@)
 	$(Q)mkdir -p $(@D)

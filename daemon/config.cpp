@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <arpa/inet.h>
+#include <sys/utsname.h>
 
 #include <CLI/CLI.hpp>
 #include <regex>
@@ -15,7 +16,32 @@
 
 namespace mergewatch {
 
+#ifndef MERGEWATCH_BRANCH
+#define MERGEWATCH_BRANCH ""
+#endif
+#ifndef MERGEWATCH_REVISION
+#define MERGEWATCH_REVISION ""
+#endif
+#ifndef MERGEWATCH_BUILD_DATE
+#define MERGEWATCH_BUILD_DATE ""
+#endif
+#ifndef MERGEWATCH_TOOLCHAIN
+#define MERGEWATCH_TOOLCHAIN ""
+#endif
+
 std::string VersionString() { return MERGEWATCH_VERSION; }
+
+std::string VersionReport() {
+  auto or_unknown = [](const char* s) { return std::string(*s != '\0' ? s : "unknown"); };
+  std::string machine = "unknown";
+  if (utsname uts{}; uname(&uts) == 0) machine = uts.machine;
+  // node_exporter's layout (prometheus/common/version), so fleet tooling that parses one parses both.
+  return "mergewatchd, version " + VersionString() + " (branch: " + or_unknown(MERGEWATCH_BRANCH) +
+         ", revision: " + or_unknown(MERGEWATCH_REVISION) + ")\n" +
+         "  build date:       " + or_unknown(MERGEWATCH_BUILD_DATE) + "\n" +
+         "  toolchain:        " + or_unknown(MERGEWATCH_TOOLCHAIN) + "\n" +
+         "  platform:         linux/" + machine + "\n";
+}
 
 namespace {
 
@@ -66,6 +92,10 @@ ParseResult ParseFlags(int argc, const char* const* argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "bpf", "diskstats"}));
   app.add_option("--log.level", log_level, "Log level: debug, info, warn, error")->capture_default_str();
+  std::string log_format = "logfmt";
+  app.add_option("--log.format", log_format,
+                 "Log format: logfmt, or json (one JSON object per line, without the journal's priority prefix)")
+      ->capture_default_str();
   app.add_option("--bpf.inflight-entries", config.inflight_entries,
                  "Slots of the in-flight table (rounded up to a power of two); requests finding theirs busy are "
                  "counted as dropped")
@@ -76,6 +106,15 @@ ParseResult ParseFlags(int argc, const char* const* argv) {
                  "one (raw_tp reads each field with bpf_probe_read_kernel, slower)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "tp_btf", "raw_tp"}));
+  std::string devices_include, devices_exclude = kDefaultDeviceExclude;
+  app.add_option("--devices.include", devices_include,
+                 "Regex (ECMAScript, searched in the kernel name) of the devices to export; only these get series. "
+                 "Mutually exclusive with --devices.exclude")
+      ->capture_default_str();
+  app.add_option("--devices.exclude", devices_exclude,
+                 "Regex (ECMAScript, searched in the kernel name) of the devices that get no series; an excluded "
+                 "device still shows as the upper device of a page")
+      ->capture_default_str();
   std::string refresh = "1m";
   app.add_option("--topology.refresh-interval", refresh,
                  "How often sysfs is rescanned regardless of events, for queue settings (devices added, removed or "
@@ -139,13 +178,15 @@ ParseResult ParseFlags(int argc, const char* const* argv) {
         "--collapse.min-small-share is deprecated and ignored: the detector compares the requests' size with "
         "what merging would have built (--collapse.min-run-size-ratio), so that 8 and 16 KiB pieces count too");
   if (show_version) {
-    result.output = "mergewatchd " + VersionString() + "\n";
+    result.output = VersionReport();
     return result;
   }
   std::string error;
   ListenAddress unused;
   if (!ParseLogLevel(log_level, &config.log_level)) {
     error = "--log.level must be one of debug, info, warn, error, got \"" + log_level + "\"";
+  } else if (!ParseLogFormat(log_format, &config.log_format)) {
+    error = "--log.format must be logfmt or json, got \"" + log_format + "\"";
   } else if (config.listen_addresses.empty() && !config.systemd_socket) {
     error = "--web.listen-address: at least one address is needed";
   } else if (!ParseDuration(refresh, &config.topology_refresh) || config.topology_refresh.count() <= 0) {
@@ -158,6 +199,12 @@ ParseResult ParseFlags(int argc, const char* const* argv) {
     error = "--collapse.raise-after must be a duration like 5s, got \"" + raise_after + "\"";
   } else if (!ParseDuration(clear_after, &policy.clear_after)) {
     error = "--collapse.clear-after must be a duration like 30s, got \"" + clear_after + "\"";
+  } else if (app.count("--devices.include") > 0 && app.count("--devices.exclude") > 0 && !devices_include.empty() &&
+             !devices_exclude.empty()) {
+    error = "--devices.include and --devices.exclude are mutually exclusive";
+  } else if (!DeviceFilter::Make(devices_include, devices_include.empty() ? devices_exclude : "", &config.devices,
+                                 &error)) {
+    // error set
   } else if (!ValidRegex(policy.lower_devices)) {
     error = "--collapse.lower-devices is not a valid extended regular expression: \"" + policy.lower_devices + "\"";
   } else if (config.telemetry_path.empty() || config.telemetry_path[0] != '/' || config.telemetry_path == "/") {
@@ -172,6 +219,9 @@ ParseResult ParseFlags(int argc, const char* const* argv) {
     result.output = "mergewatchd: " + error + "\n";
     return result;
   }
+  config.collapse.excluded_device = [devices = config.devices](const std::string& name) {
+    return devices.Excluded(name);
+  };
   result.run = true;
   return result;
 }

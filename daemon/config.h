@@ -10,6 +10,7 @@
 
 #include "detector/detector.h"
 #include "log.h"
+#include "metrics/device_filter.h"
 #include "mergewatch/abi.h"
 
 namespace mergewatch {
@@ -26,12 +27,14 @@ struct Config {
   std::string procfs_root = "/proc";
   std::string source = "auto";  // --source: auto, bpf or diskstats (source/source.h)
   LogLevel log_level = LogLevel::kInfo;
+  LogFormat log_format = LogFormat::kLogfmt;
   uint32_t inflight_entries = MW_DEFAULT_INFLIGHT_ENTRIES;
   std::string program_type = "auto";  // auto (tp_btf, else raw_tp), tp_btf or raw_tp
   // A safety net: device add/remove/change arrive as uevents; what has none (queue/ settings
   // written by an admin) shows within this.
   Duration topology_refresh = std::chrono::minutes(1);
   CollapsePolicy collapse;
+  DeviceFilter devices;  // --devices.include / --devices.exclude
   // Tests only (hidden flag): the main loop returns an error after this many ticks, so the
   // error exit path runs with scrapes in flight.
   uint32_t fail_after_ticks = 0;
@@ -51,5 +54,7 @@ struct ParseResult {
 ParseResult ParseFlags(int argc, const char* const* argv);
 
 std::string VersionString();
+// --version: version, branch, revision, build date, toolchain and platform, as node_exporter prints them.
+std::string VersionReport();
 
 }  // namespace mergewatch

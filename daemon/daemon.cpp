@@ -411,7 +411,8 @@ void RaiseFileLimit() {
 }
 
 // One scrape: every collector's families, label values made UTF-8, in the text format.
-std::string RenderScrape(const std::vector<std::shared_ptr<prometheus::Collectable>>& collectables) {
+std::string RenderScrape(const std::vector<std::shared_ptr<prometheus::Collectable>>& collectables,
+                         const DeviceFilter& devices) {
   std::vector<prometheus::MetricFamily> families;
   for (const auto& collectable : collectables) {
     try {
@@ -420,19 +421,23 @@ std::string RenderScrape(const std::vector<std::shared_ptr<prometheus::Collectab
       LogError(std::string("scrape: a collector failed: ") + e.what());
     }
   }
+  DropExcludedDevices(devices, &families);
   return RenderExposition(std::move(families));
 }
 
 int RunDaemon(const Config& config) {
   SetLogLevel(config.log_level);
+  SetLogFormat(config.log_format);
   LogInfo("starting mergewatchd " + VersionString() + " on kernel " + KernelRelease());
   SdNotify("STATUS=starting");
   RaiseFileLimit();
   for (const std::string& warning : config.deprecated_flags) LogWarn(warning);
+  LogInfo("series for " + config.devices.Describe());
 
   std::string error;
   HttpOptions http;
   http.telemetry_path = config.telemetry_path;
+  http.web_config_file = config.web_config_file;
   if (!config.web_config_file.empty() &&
       !LoadWebConfig(config.web_config_file, &http.web, &http.secrets, &error)) {
     Fail("--web.config.file: " + error, kExitUsage);
@@ -526,7 +531,8 @@ int RunDaemon(const Config& config) {
   // this function, return or exception, the server is destroyed first, and its destructor
   // returns only once no scrape runs.
   std::unique_ptr<HttpServer> server = HttpServer::Start(
-      listeners.Release(), http, [collectables] { return RenderScrape(collectables); }, &error);
+      listeners.Release(), http,
+      [collectables, devices = config.devices] { return RenderScrape(collectables, devices); }, &error);
   if (!server) {
     Fail(error, kExitListen);
     return kExitListen;

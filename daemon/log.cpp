@@ -13,6 +13,7 @@ namespace mergewatch {
 namespace {
 
 std::atomic<int> g_min_level{static_cast<int>(LogLevel::kInfo)};
+std::atomic<int> g_format{static_cast<int>(LogFormat::kLogfmt)};
 std::mutex g_write_mutex;
 
 const char* LevelName(LogLevel level) {
@@ -49,7 +50,53 @@ std::string QuoteLogfmt(const std::string& text) {
   return out;
 }
 
+// A JSON string (RFC 8259): the text is valid UTF-8 once LabelText has escaped invalid bytes.
+std::string QuoteJson(const std::string& text) {
+  std::string out = "\"";
+  for (char c : LabelText(text)) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (byte < 0x20 || byte == 0x7f) {
+      char escaped[8];
+      snprintf(escaped, sizeof(escaped), "\\u%04x", byte);
+      out += escaped;
+    } else {
+      out += c;
+    }
+  }
+  out += '"';
+  return out;
+}
+
+std::string Timestamp() {
+  char stamp[40];
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  tm utc{};
+  gmtime_r(&now.tv_sec, &utc);
+  size_t n = strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &utc);
+  snprintf(stamp + n, sizeof(stamp) - n, ".%03ldZ", now.tv_nsec / 1000000);
+  return stamp;
+}
+
 }  // namespace
+
+bool ParseLogFormat(const std::string& text, LogFormat* format) {
+  if (text == "logfmt") {
+    *format = LogFormat::kLogfmt;
+  } else if (text == "json") {
+    *format = LogFormat::kJson;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+void SetLogFormat(LogFormat format) { g_format = static_cast<int>(format); }
 
 bool ParseLogLevel(const std::string& text, LogLevel* level) {
   for (LogLevel l : {LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarn, LogLevel::kError}) {
@@ -69,19 +116,13 @@ void Log(LogLevel level, const std::string& message) {
   if (!LogEnabled(level)) return;
   static const bool to_journal = std::getenv("JOURNAL_STREAM") != nullptr;
   std::string line;
-  if (to_journal) {
-    line = "<" + std::to_string(SyslogPriority(level)) + ">";
+  if (g_format == static_cast<int>(LogFormat::kJson)) {
+    line = "{\"ts\":\"" + Timestamp() + "\",\"level\":\"" + LevelName(level) + "\",\"msg\":" + QuoteJson(message) +
+           "}\n";
   } else {
-    char stamp[40];
-    timespec now{};
-    clock_gettime(CLOCK_REALTIME, &now);
-    tm utc{};
-    gmtime_r(&now.tv_sec, &utc);
-    size_t n = strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &utc);
-    snprintf(stamp + n, sizeof(stamp) - n, ".%03ldZ", now.tv_nsec / 1000000);
-    line = std::string("ts=") + stamp + " ";
+    line = to_journal ? "<" + std::to_string(SyslogPriority(level)) + ">" : "ts=" + Timestamp() + " ";
+    line += std::string("level=") + LevelName(level) + " msg=" + QuoteLogfmt(message) + "\n";
   }
-  line += std::string("level=") + LevelName(level) + " msg=" + QuoteLogfmt(message) + "\n";
   std::lock_guard<std::mutex> lock(g_write_mutex);
   fputs(line.c_str(), stderr);
   fflush(stderr);

@@ -15,6 +15,13 @@ enum class LogLevel { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
 // Parses "debug", "info", "warn", "error"; false on anything else.
 bool ParseLogLevel(const std::string& text, LogLevel* level);
 
+// --log.format: logfmt (above) or json, one whole JSON object per line
+// ({"ts":"...","level":"info","msg":"..."}), never with the journald "<N>" prefix in front, so every
+// line parses as JSON wherever it lands (a log shipper reading the journal or a file).
+enum class LogFormat { kLogfmt, kJson };
+bool ParseLogFormat(const std::string& text, LogFormat* format);
+void SetLogFormat(LogFormat format);
+
 void SetLogLevel(LogLevel level);
 bool LogEnabled(LogLevel level);
 

@@ -63,7 +63,8 @@ CollapseDetector::CollapseDetector(CollapsePolicy policy)
     : policy_(std::move(policy)), lower_regex_(policy_.lower_devices, std::regex::extended) {}
 
 bool CollapseDetector::IsCandidate(const BlockDevice& device) const {
-  return !device.is_partition && std::regex_search(device.name, lower_regex_);
+  return !device.is_partition && std::regex_search(device.name, lower_regex_) &&
+         !(policy_.excluded_device && policy_.excluded_device(device.name));
 }
 
 std::vector<CollapseEvent> CollapseDetector::Update(TimePoint now, const Snapshot& snapshot,

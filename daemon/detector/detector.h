@@ -12,6 +12,7 @@
 #include <deque>
 #include <map>
 #include <regex>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,9 @@ struct CollapsePolicy {
   double max_merge_share = 0.05;            // merged bios / (requests + merged bios): about zero
   double min_upper_size_ratio = 4;          // upper mean bio size / lower mean request size
   double min_run_size_ratio = 4;            // size merging would have built / mean request size
+  // --devices.exclude/--devices.include: an excluded disk is no candidate (it has no series to
+  // page on); as the upper device of a candidate it still counts. Unset: nothing is excluded.
+  std::function<bool(const std::string&)> excluded_device;
 };
 
 // What the detector saw on one disk over the window: the alert's evidence.

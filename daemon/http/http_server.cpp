@@ -4,6 +4,7 @@
 #include <gnutls/gnutls.h>
 #include <microhttpd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -84,10 +85,13 @@ MHD_Response* TakeResponse(std::string body, const char* content_type) {
   return response;
 }
 
+void AddConfiguredHeaders(MHD_Connection* connection, MHD_Response* response);
+
 MHD_Result Send(MHD_Connection* connection, unsigned status, const std::string& body,
                 const char* content_type = "text/plain; charset=utf-8") {
   MHD_Response* response = TextResponse(body, content_type);
   if (response == nullptr) return MHD_NO;
+  AddConfiguredHeaders(connection, response);
   const MHD_Result result = MHD_queue_response(connection, status, response);
   MHD_destroy_response(response);
   return result;
@@ -118,11 +122,55 @@ std::string ClientCertProblem(MHD_Connection* connection, ClientAuth policy) {
   auto session = static_cast<gnutls_session_t>(info->tls_session);
   unsigned count = 0;
   if (gnutls_certificate_get_peers(session, &count) == nullptr || count == 0)
-    return policy == ClientAuth::kRequireAndVerify ? "no client certificate" : "";
+    return policy == ClientAuth::kRequireAndVerify || policy == ClientAuth::kRequireAny ? "no client certificate"
+                                                                                        : "";
+  // RequestClientCert and RequireAnyClientCert take any certificate, as in Go.
+  if (policy == ClientAuth::kRequest || policy == ClientAuth::kRequireAny) return "";
   unsigned status = 0;
   if (gnutls_certificate_verify_peers2(session, &status) != GNUTLS_E_SUCCESS || status != 0)
     return "client certificate not signed by client_ca_file";
   return "";
+}
+
+// http_server_config.headers, on every response of the connection.
+void AddConfiguredHeaders(MHD_Connection* connection, MHD_Response* response) {
+  const HttpServer::Conn* conn = ConnOf(connection);
+  if (conn == nullptr || !conn->web) return;
+  for (const auto& [name, value] : conn->web->web.headers)
+    MHD_add_response_header(response, name.c_str(), value.c_str());
+}
+
+// A stamp of each file's identity and contents' age: a replaced (renamed over) or rewritten file
+// changes it. Missing files stamp as such, so their return is seen too.
+std::string FileStamp(const std::vector<std::string>& paths) {
+  std::string stamp;
+  for (const std::string& path : paths) {
+    if (path.empty()) continue;
+    struct stat st {};
+    if (stat(path.c_str(), &st) != 0) {
+      stamp += path + ":missing;";
+      continue;
+    }
+    stamp += path + ":" + std::to_string(st.st_dev) + "/" + std::to_string(st.st_ino) + "/" +
+             std::to_string(st.st_size) + "/" + std::to_string(st.st_mtim.tv_sec) + "." +
+             std::to_string(st.st_mtim.tv_nsec) + "/" + std::to_string(st.st_ctim.tv_nsec) + ";";
+  }
+  return stamp;
+}
+
+std::vector<std::string> WebFiles(const std::string& config_file, const WebConfig& web) {
+  return {config_file, web.cert_file, web.key_file, web.client_ca_file};
+}
+
+std::shared_ptr<const WebState> MakeWebState(const WebConfig& web, const WebSecrets& secrets, std::string* error) {
+  auto state = std::make_shared<WebState>();
+  state->web = web;
+  state->auth = std::make_shared<BasicAuth>(web.users);
+  if (web.tls()) {
+    state->tls = TlsContext::Create(web, secrets, error);
+    if (!state->tls) return nullptr;
+  }
+  return state;
 }
 
 }  // namespace
@@ -164,6 +212,16 @@ struct HttpCallbacks {
       const MHD_ConnectionInfo* info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
       conn->fd = info != nullptr ? info->connect_fd : -1;
       conn->waiting_since = std::chrono::steady_clock::now();
+      conn->web = server->web();
+      // The TLS session exists and its handshake has not begun: it gets the web config's current
+      // credentials and priorities (libmicrohttpd's own, from start, are only its fallback).
+      const MHD_ConnectionInfo* tls = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+      if (tls != nullptr && tls->tls_session != nullptr && conn->web->tls &&
+          !conn->web->tls->Apply(static_cast<gnutls_session_t>(tls->tls_session)) && conn->fd >= 0) {
+        LogWarn("http: cannot set up TLS for a connection: closing it");
+        shutdown(conn->fd, SHUT_RDWR);
+        conn->cut = true;
+      }
       server->conns_.insert(conn);
       *socket_context = conn;
     } else if (*socket_context != nullptr) {
@@ -178,7 +236,7 @@ struct HttpCallbacks {
 };
 
 HttpServer::HttpServer(HttpOptions options, ScrapeHandler scrape)
-    : options_(std::move(options)), scrape_(std::move(scrape)), auth_(options_.web.users) {
+    : options_(std::move(options)), scrape_(std::move(scrape)) {
   landing_page_ = "<!DOCTYPE html>\n<html><head><title>mergewatch</title></head><body>\n"
                   "<h1>mergewatch</h1>\n<p>Block I/O request sizes, latencies and merges from eBPF.</p>\n"
                   "<p><a href=\"" + options_.telemetry_path + "\">Metrics</a></p>\n</body></html>\n";
@@ -188,6 +246,9 @@ std::unique_ptr<HttpServer> HttpServer::Start(const std::vector<int>& listen_fds
                                               ScrapeHandler scrape, std::string* error) {
   std::unique_ptr<HttpServer> server(new HttpServer(options, std::move(scrape)));
   const HttpOptions& o = server->options_;
+  server->web_ = MakeWebState(o.web, o.secrets, error);
+  if (!server->web_) return nullptr;
+  server->web_stamp_ = FileStamp(WebFiles(o.web_config_file, o.web));
   // MHD_USE_ITC: MHD_quiesce_daemon needs it (see ~HttpServer).
   unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG | MHD_USE_ITC;
   if (o.web.tls()) flags |= MHD_USE_TLS;
@@ -207,8 +268,7 @@ std::unique_ptr<HttpServer> HttpServer::Start(const std::vector<int>& listen_fds
     if (o.web.tls()) {
       items.push_back({MHD_OPTION_HTTPS_MEM_CERT, 0, const_cast<char*>(o.secrets.cert_pem.c_str())});
       items.push_back({MHD_OPTION_HTTPS_MEM_KEY, 0, const_cast<char*>(o.secrets.key_pem.c_str())});
-      if (o.web.client_auth != ClientAuth::kNone)
-        items.push_back({MHD_OPTION_HTTPS_MEM_TRUST, 0, const_cast<char*>(o.secrets.client_ca_pem.c_str())});
+      // The client CA and the priorities come from the web state per connection (Connection callback).
     }
     items.push_back({MHD_OPTION_END, 0, nullptr});
     const std::string name = SocketName(listen_fds[next_fd]);  // a failed start may close the socket
@@ -256,6 +316,7 @@ void HttpServer::ReapLoop() {
   std::unique_lock<std::mutex> wait_lock(reaper_mutex_);
   while (!reaper_wake_.wait_for(wait_lock, std::chrono::milliseconds(500), [this] { return stopping_; })) {
     const auto deadline = std::chrono::steady_clock::now() - options_.limits.request_timeout;
+    if (!options_.web_config_file.empty()) ReloadWebConfigIfChanged();
     std::lock_guard<std::mutex> lock(conns_mutex_);
     for (Conn* conn : conns_) {
       if (conn->in_request || conn->cut || conn->fd < 0 || conn->waiting_since > deadline) continue;
@@ -267,18 +328,55 @@ void HttpServer::ReapLoop() {
   }
 }
 
+std::shared_ptr<const WebState> HttpServer::web() const {
+  std::lock_guard<std::mutex> lock(web_mutex_);
+  return web_;
+}
+
+void HttpServer::ReloadWebConfigIfChanged() {
+  const std::shared_ptr<const WebState> current = web();
+  const std::string& path = options_.web_config_file;
+  std::string stamp = FileStamp(WebFiles(path, current->web));
+  if (stamp == web_stamp_) return;
+  web_stamp_ = stamp;  // a failed load is reported once, not every 500 ms
+  WebConfig web;
+  WebSecrets secrets;
+  std::string error;
+  std::shared_ptr<const WebState> loaded;
+  if (LoadWebConfig(path, &web, &secrets, &error)) {
+    if (web.tls() != current->web.tls())
+      error = path + ": switching between TLS and plain HTTP needs a restart";
+    else
+      loaded = MakeWebState(web, secrets, &error);
+  }
+  if (!loaded) {
+    LogError("web config: " + error + "; keeping the last good one");
+    return;
+  }
+  // The new file may name other files: stamp those, so their next change is seen.
+  web_stamp_ = FileStamp(WebFiles(path, web));
+  {
+    std::lock_guard<std::mutex> lock(web_mutex_);
+    web_ = loaded;
+  }
+  LogInfo("web config reloaded from " + path + (web.tls() ? " (certificate " + web.cert_file + ")" : "") + ", " +
+          std::to_string(web.users.size()) + " basic auth users");
+}
+
 int HttpServer::Handle(MHD_Connection* connection, const char* url, const char* method, void**) {
-  if (options_.web.tls()) {
-    const std::string problem = ClientCertProblem(connection, options_.web.client_auth);
+  const Conn* conn = ConnOf(connection);
+  const std::shared_ptr<const WebState> state = conn != nullptr && conn->web ? conn->web : web();
+  if (state->web.tls()) {
+    const std::string problem = ClientCertProblem(connection, state->web.client_auth);
     if (!problem.empty()) {
       LogDebug(std::string("http: refused: ") + problem);
       return Send(connection, MHD_HTTP_FORBIDDEN, "403 Forbidden: " + problem + "\n");
     }
   }
-  if (auth_.enabled()) {
+  if (state->auth->enabled()) {
     char* password = nullptr;
     char* user = MHD_basic_auth_get_username_password(connection, &password);
-    const bool ok = user != nullptr && password != nullptr && auth_.Check(user, password);
+    const bool ok = user != nullptr && password != nullptr && state->auth->Check(user, password);
     if (user != nullptr) MHD_free(user);
     if (password != nullptr) {
       explicit_bzero(password, strlen(password));
@@ -287,6 +385,7 @@ int HttpServer::Handle(MHD_Connection* connection, const char* url, const char* 
     if (!ok) {
       MHD_Response* response = TextResponse("401 Unauthorized\n", "text/plain; charset=utf-8");
       if (response == nullptr) return MHD_NO;
+      AddConfiguredHeaders(connection, response);
       const MHD_Result result = MHD_queue_basic_auth_fail_response(connection, "mergewatch", response);
       MHD_destroy_response(response);
       return result;
@@ -297,6 +396,7 @@ int HttpServer::Handle(MHD_Connection* connection, const char* url, const char* 
     MHD_Response* response = TextResponse("405 method not allowed\n", "text/plain; charset=utf-8");
     if (response == nullptr) return MHD_NO;
     MHD_add_response_header(response, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+    AddConfiguredHeaders(connection, response);
     const MHD_Result result = MHD_queue_response(connection, MHD_HTTP_METHOD_NOT_ALLOWED, response);
     MHD_destroy_response(response);
     return result;
@@ -313,6 +413,7 @@ int HttpServer::Handle(MHD_Connection* connection, const char* url, const char* 
   if (response == nullptr) return MHD_NO;
   if (gzip) MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_ENCODING, "gzip");
   MHD_add_response_header(response, MHD_HTTP_HEADER_VARY, MHD_HTTP_HEADER_ACCEPT_ENCODING);
+  AddConfiguredHeaders(connection, response);
   const MHD_Result result = MHD_queue_response(connection, MHD_HTTP_OK, response);
   MHD_destroy_response(response);
   return result;

@@ -40,6 +40,15 @@ struct HttpOptions {
   WebConfig web;
   WebSecrets secrets;
   HttpLimits limits;
+  // --web.config.file: re-read (with the files it names) when any of them changes on disk; empty: never.
+  std::string web_config_file;
+};
+
+// One loaded web config, as new connections get it; a connection keeps the one it started with.
+struct WebState {
+  WebConfig web;
+  std::shared_ptr<const TlsContext> tls;  // null without TLS
+  std::shared_ptr<BasicAuth> auth;
 };
 
 // Renders the exposition text for one scrape. Must not throw.
@@ -68,7 +77,14 @@ class HttpServer {
     std::chrono::steady_clock::time_point waiting_since;
     bool in_request = false;  // a request is being answered: its response is never cut
     bool cut = false;
+    std::shared_ptr<const WebState> web;  // the web config (TLS context) this connection started with
   };
+
+  // The web config new connections get now.
+  std::shared_ptr<const WebState> web() const;
+  // Re-reads the web config file if it or a file it names changed on disk since the last look;
+  // an invalid new one is logged and the last good one kept. Runs every 500 ms on the reaper.
+  void ReloadWebConfigIfChanged();
 
  private:
   HttpServer(HttpOptions options, ScrapeHandler scrape);
@@ -78,7 +94,9 @@ class HttpServer {
   friend struct HttpCallbacks;
   const HttpOptions options_;
   const ScrapeHandler scrape_;
-  BasicAuth auth_;
+  mutable std::mutex web_mutex_;
+  std::shared_ptr<const WebState> web_;
+  std::string web_stamp_;  // the files' identities (inode, size, mtime) at the last look
   std::string landing_page_;
   std::vector<MHD_Daemon*> daemons_;
   std::vector<int> fds_;

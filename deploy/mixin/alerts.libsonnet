@@ -44,7 +44,7 @@ local fold(text) = std.join(' ', std.split(std.rstripChars(text, '\n'), '\n')); 
           'for': c.downFor,
           labels: { severity: c.warningSeverity },
           annotations: {
-            summary: 'mergewatchd cannot be scraped; merge collapse on this host would go unnoticed.',
+            summary: 'Mergewatchd cannot be scraped; merge collapse on this host would go unnoticed.',
             description: fold(|||
               Prometheus has failed to scrape mergewatchd at {{ $labels.instance }} for the whole alert hold time
               (daemon stopped, crashed, restarting, or the port is blocked).
@@ -60,8 +60,8 @@ local fold(text) = std.join(' ', std.split(std.rstripChars(text, '\n'), '\n')); 
           annotations: {
             summary: 'No mergewatch scrape targets at all.',
             description: fold(|||
-              Prometheus has had no target matching %(mergewatchSelector)s for %(absentFor)s: service discovery (the
-              file_sd target files) or the scrape configuration is broken, so no host is watched.
+              Prometheus has had no target of job {{ $labels.job }} (%(mergewatchSelector)s) for %(absentFor)s: service
+              discovery (the file_sd target files) or the scrape configuration is broken, so no host is watched.
             ||| % c),
             runbook_url: runbook('MergewatchTargetsAbsent'),
           },
@@ -72,7 +72,7 @@ local fold(text) = std.join(' ', std.split(std.rstripChars(text, '\n'), '\n')); 
           'for': c.bpfNotAttachedFor,
           labels: { severity: c.warningSeverity },
           annotations: {
-            summary: 'mergewatchd runs but a required BPF program is not attached.',
+            summary: 'Mergewatchd runs but a required BPF program is not attached.',
             // mode="none": BPF cannot run there (or --source=diskstats), and the daemon detects on diskstats.
             description: fold(|||
               {{ if eq $labels.mode "none" }}mergewatchd at {{ $labels.instance }} runs without BPF: detection runs

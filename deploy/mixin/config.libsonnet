@@ -5,14 +5,23 @@
 // deploy/grafana/mergewatch.json (the files the package ships).
 {
   _config+:: {
-    // Selects mergewatchd's scrape targets in every alert and dashboard query.
+    // Selects mergewatchd's scrape targets in every alert and recording rule, and the jobs the
+    // dashboard's job picker offers (its queries use job=~"$job").
     mergewatchSelector: 'job="mergewatch"',
     // Where docs/runbook.md is served; each alert links to its section (#<alertname in lower case>).
-    // The default is the copy the Debian package installs on every host.
-    runbookURL: 'file:///usr/share/doc/mergewatch/runbook.md',
-    // Severity of the merge-collapse page and of the other (non-paging) alerts.
-    pageSeverity: 'page',
+    // It must work where the alert is read (Alertmanager, Grafana, a phone), not on the host: the
+    // project's copy by default; point it at your wiki or an internal mirror.
+    runbookURL: 'https://github.com/mergewatch/mergewatch/blob/main/docs/runbook.md',
+    // Severity of the merge-collapse page and of the other (non-paging) alerts, in the mixin
+    // convention (critical, warning, info); deploy/prometheus/alertmanager.example.yml routes on them.
+    pageSeverity: 'critical',
     warningSeverity: 'warning',
+    // Rate window of the recording rules (and part of their names: ..._rate5m).
+    recordingRange: '5m',
+    // Several clusters in one Prometheus (or Thanos/Mimir): a cluster picker on the dashboard,
+    // filtering every query by clusterLabel.
+    showMultiCluster: false,
+    clusterLabel: 'cluster',
     // How long each condition must hold before the alert fires.
     collapseFor: '5m',
     downFor: '5m',

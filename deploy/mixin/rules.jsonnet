@@ -12,5 +12,6 @@ local mixin = import 'mixin.libsonnet';
   # Job selector: %(mergewatchSelector)s. Runbook: %(runbookURL)s.
 ||| % mixin._config
 + std.manifestYamlDoc({ groups: mixin.prometheusRules.groups + mixin.prometheusAlerts.groups },
-                      indent_array_in_object=true, quote_keys=false)
+                      indent_array_in_object=true,
+                      quote_keys=false)
 + '\n'

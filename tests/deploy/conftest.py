@@ -247,7 +247,7 @@ def assert_alertmanager_routes(config):
     """amtool accepts the Alertmanager config and routes the page to `pager`, the rest to `tickets`."""
     r = run([tool("amtool"), "check-config", config])
     assert r.returncode == 0, r.stdout + r.stderr
-    for receiver, labels in (("pager", ["severity=page", "alertname=MergewatchMergeCollapse"]),
+    for receiver, labels in (("pager", ["severity=critical", "alertname=MergewatchMergeCollapse"]),
                              ("tickets", ["severity=warning", "alertname=MergewatchDown"])):
         r = run([tool("amtool"), "config", "routes", "test", f"--config.file={config}",
                  f"--verify.receivers={receiver}", *labels])

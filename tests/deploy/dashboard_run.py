@@ -205,7 +205,8 @@ def panel_targets(board=None):
     return out
 
 
-def substitute(expr, instance, device, rate_interval=RATE_INTERVAL):
-    """The query Grafana sends for these picker values (regexes, as multi-value variables are)."""
+def substitute(expr, instance, device, rate_interval=RATE_INTERVAL, job="mergewatch"):
+    """The query Grafana sends for these picker values (regexes, as multi-value variables are); the job
+    is the scrape config's job_name above."""
     return (expr.replace("$__rate_interval", rate_interval).replace("$instance", instance)
-            .replace("$device", device))
+            .replace("$device", device).replace("$job", job))

@@ -5,7 +5,7 @@ it and evaluating the SHIPPED rule file -> a real Alertmanager -> a webhook rece
 The only change made to deploy/prometheus/mergewatch.rules.yml is a programmatic one: every `for: Nm` becomes
 `for: Ns` (the same durations in seconds instead of minutes); everything else, expressions, labels and
 annotation templates, is the shipped text, checked line by line. Prometheus scrapes and evaluates every second;
-Alertmanager groups and repeats quickly, and routes severity=page to /pager and the rest to /tickets, as the
+Alertmanager groups and repeats quickly, and routes severity=critical to /pager and the rest to /tickets, as the
 example configuration does.
 
 The page test scrapes over HTTPS with basic auth: the daemon runs with a web config file made from the shipped
@@ -129,7 +129,7 @@ class AlertPath:
                     "receiver": "tickets",
                     "group_by": ["alertname", "instance", "device"],
                     "group_wait": "1s", "group_interval": "1s", "repeat_interval": "1h",
-                    "routes": [{"matchers": ['severity="page"'], "receiver": "pager"}],
+                    "routes": [{"matchers": ['severity="critical"'], "receiver": "pager"}],
                 },
                 "receivers": [
                     {"name": "pager", "webhook_configs": [{"url": webhook.url("/pager"), "send_resolved": True}]},
@@ -287,7 +287,7 @@ def test_merge_collapse_pages_through_prometheus_and_alertmanager_and_resolves(l
         alert = path.wait_notification("/pager", "firing", "MergewatchMergeCollapse",
                                        "the MergewatchMergeCollapse page at the webhook", FIRING_TIMEOUT)
         fio.assert_running()
-        assert alert["labels"] == {"alertname": "MergewatchMergeCollapse", "severity": "page", "device": dev.name,
+        assert alert["labels"] == {"alertname": "MergewatchMergeCollapse", "severity": "critical", "device": dev.name,
                                    "job": "mergewatch", "instance": path.instance}, alert["labels"]
         payload = next(p for p in webhook.payloads("/pager") if alert in p["alerts"])
         assert payload["receiver"] == "pager" and payload["status"] == "firing" and payload["version"] == "4"

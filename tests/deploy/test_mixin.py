@@ -61,9 +61,11 @@ def test_selector_and_runbook_url_come_from_the_config_alone():
         assert a["annotations"]["runbook_url"] == f"https://wiki.example.org/mergewatch#{a['alert'].lower()}"
         assert 'job="blockio"' in a["expr"] and "mergewatch\"" not in a["expr"], a["expr"]
     board = json.loads(jsonnet("-e", f"({override}).grafanaDashboards['mergewatch.json']"))
+    # The dashboard's queries take the job picker; the picker offers the jobs the selector selects.
     exprs = [t[2] for t in panel_targets(board)]
-    exprs += [v["definition"] for v in board["templating"]["list"] if v["type"] == "query"]
-    assert exprs and all('job="blockio"' in e and 'job="mergewatch"' not in e for e in exprs), exprs
+    assert exprs and all('job=~"$job"' in e and 'job="' not in e for e in exprs), exprs
+    job = [v for v in board["templating"]["list"] if v["name"] == "job"][0]
+    assert job["definition"] == 'label_values(mergewatch_build_info{job="blockio"}, job)', job
     assert board["links"][0]["url"] == "https://wiki.example.org/mergewatch"
 
 
@@ -84,6 +86,16 @@ def test_make_install_ships_the_generated_files(workdir):
                  "usr/share/mergewatch/mixin/config.libsonnet", "usr/share/mergewatch/systemd/pre-5.8-kernel.conf",
                  "usr/share/mergewatch/prometheus/prometheus.example.yml"):
         assert os.path.isfile(os.path.join(dest, path)), f"make install did not install /{path}"
+    # The example Prometheus config names the rule file where this installs it: promtool accepts the installed
+    # example with only the install root put in front of the package's paths.
+    with open(os.path.join(share, "prometheus/prometheus.example.yml")) as f:
+        example = f.read()
+    assert "\n  - /usr/share/mergewatch/prometheus/mergewatch.rules.yml\n" in example
+    rooted = os.path.join(workdir, "prometheus.yml")
+    with open(rooted, "w") as f:
+        f.write(example.replace("/usr/share/mergewatch/", share + "/"))
+    r = run([tool("promtool"), "check", "config", rooted])
+    assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
     with open(os.path.join(dest, "lib/systemd/system/mergewatchd.service")) as f:
         unit = f.read()
     assert "ExecStart=/usr/sbin/mergewatchd $MERGEWATCHD_ARGS" in unit
@@ -93,8 +105,8 @@ def test_make_install_ships_the_generated_files(workdir):
 def test_dashboard_has_the_pickers_and_panels():
     board = dashboard()
     variables = {v["name"]: v for v in board["templating"]["list"]}
-    assert {"datasource", "instance", "device"} <= set(variables)
-    for name in ("instance", "device"):
+    assert {"datasource", "job", "instance", "device"} <= set(variables)
+    for name in ("job", "instance", "device"):
         assert variables[name]["multi"] and variables[name]["includeAll"], name
     types = {p["title"]: p["type"] for p in board["panels"]}
     assert types["Request size at dispatch"] == "heatmap"
@@ -169,7 +181,7 @@ def test_every_dashboard_query_returns_data_during_a_real_collapse():
             m = re.fullmatch(r"label_values\((.+), (\w+)\)", var["definition"])
             values = run_.api(f"label/{m.group(2)}/values",
                               **{"match[]": substitute(m.group(1), loop, ".+")})
-            want = run_.loop_instance if var["name"] == "instance" else dev
+            want = {"instance": run_.loop_instance, "job": "mergewatch"}.get(var["name"], dev)
             assert want in values, f"picker {var['name']}: {values}"
         print(f"{len(results)} dashboard queries answered during the collapse of {dev}; "
               f"parsed only (need dm): {sorted(NEEDS_STACKED_IO)}")

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Every way mergewatchd can fail to start says what to do and exits with its own code."""
+import re
 import signal
 import subprocess
 
@@ -18,8 +19,13 @@ def run(*args, user=None, timeout=30):
 
 
 def test_version():
+    """node_exporter's layout: version, branch and revision (this is a git build), build date, toolchain."""
     r = run("--version")
-    assert r.returncode == 0 and r.stdout.startswith("mergewatchd ")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert re.match(r"^mergewatchd, version \S+ \(branch: \S+, revision: [0-9a-f]{40}\)$", lines[0]), r.stdout
+    assert re.match(r"^  build date: +\d{8}-\d\d:\d\d:\d\d$", lines[1]), r.stdout
+    assert re.match(r"^  toolchain: +\S", lines[2]) and re.match(r"^  platform: +linux/\S+$", lines[3]), r.stdout
 
 
 def test_unknown_flag():

@@ -26,7 +26,8 @@ def readme_flags():
     table = readme_section("Flags")
     flags = {}
     for row in table.splitlines():
-        cells = [c.strip() for c in row.strip("|").split("|")]
+        # A `\|` inside a cell (a regex default) is a pipe, not a column.
+        cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", row.strip().strip("|"))]
         if len(cells) >= 2 and cells[0].startswith("`--"):
             for flag in re.findall(r"`(--[a-z][a-z.-]*)`", cells[0]):
                 flags[flag] = cells[1].strip("`")
@@ -154,6 +155,20 @@ def test_man_page_renders_without_warnings():
     env = dict(os.environ, MANWIDTH="80", MAN_KEEP_FORMATTING="0", LC_ALL="C.UTF-8")
     out = render_man("man", "--warnings=all", "-l", MAN_PAGE, env=env)
     assert "mergewatchd" in out
+
+
+def test_man_page_environment_lists_every_variable_the_daemon_reads():
+    """ENVIRONMENT names exactly the variables the daemon's code passes to getenv()."""
+    code = ""
+    for root, _, files in os.walk(os.path.join(REPO, "daemon")):
+        for name in files:
+            if name.endswith((".cpp", ".h")):
+                with open(os.path.join(root, name)) as f:
+                    code += f.read()
+    read = set(re.findall(r'getenv\("([A-Z_]+)"\)', code))
+    assert {"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "JOURNAL_STREAM"} <= read
+    documented = set(re.findall(r"^ {7}([A-Z][A-Z_]+)$", man_section("ENVIRONMENT"), re.M))
+    assert documented == read, f"man page ENVIRONMENT {sorted(documented)}, getenv() in daemon/ {sorted(read)}"
 
 
 def man_flags():

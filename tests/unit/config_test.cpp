@@ -81,7 +81,9 @@ TEST(ParseFlags, HelpAndVersionExitZero) {
   ParseResult version = Parse({"--version"});
   EXPECT_FALSE(version.run);
   EXPECT_EQ(version.exit_code, 0);
-  EXPECT_EQ(version.output.rfind("mergewatchd ", 0), 0u);
+  EXPECT_EQ(version.output.rfind("mergewatchd, version ", 0), 0u);
+  for (const char* field : {" (branch: ", ", revision: ", "\n  build date:", "\n  toolchain:", "\n  platform:"})
+    EXPECT_NE(version.output.find(field), std::string::npos) << field;
 }
 
 TEST(ParseFlags, ListenAddressRepeatsAndTakesIpv6) {

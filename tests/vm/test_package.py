@@ -33,6 +33,7 @@ def deb_path():
 def diag(run):
     return (f"\n---- driver log ({run.path}/guest.log)\n{run.text('guest.log')[-5000:]}"
             f"\n---- apt-get install\n{run.text('apt-install.log')[-2000:]}"
+            f"\n---- apt-get remove\n{run.text('apt-remove.log')[-2000:]}"
             f"\n---- apt-get purge\n{run.text('apt-purge.log')[-2000:]}"
             f"\n---- mergewatchd journal\n{run.text('journal-mergewatchd.txt')[-2500:]}"
             f"\n---- tail of guest console\n{run.text('console.log')[-2000:]}")
@@ -46,7 +47,7 @@ read, expect = RUN.text, RUN.expect
 
 @pytest.fixture(scope="module")
 def res():
-    boot(RUN, "--package", deb_path(), timeout=600, driver=True)
+    boot(RUN, "--package", deb_path(), timeout=900, driver=True)  # install, remove, purge: 3 apt runs
     return RUN.results()
 
 
@@ -64,6 +65,18 @@ def test_the_package_ships_the_generated_rules_and_dashboard():
                                    ("./usr/share/mergewatch/grafana/mergewatch.json", "deploy/grafana/mergewatch.json")):
             with open(os.path.join(REPO, committed), "rb") as f:
                 assert tar.extractfile(shipped).read() == f.read(), f"{shipped} in the .deb is not {committed}"
+
+
+def test_readme_lists_every_run_time_library_the_package_depends_on():
+    """README's list of run-time libraries is the package's Depends (dh_shlibdeps), no more, no less."""
+    depends = subprocess.run(["dpkg-deb", "-f", deb_path(), "Depends"], capture_output=True, text=True,
+                             check=True).stdout
+    packages = {d.strip().split()[0] for d in depends.split(",")}
+    with open(os.path.join(REPO, "README.md")) as f:
+        readme = f.read()
+    listed = readme.split("the package's dependencies are the run-time libraries", 1)[1].split(")", 1)[0]
+    listed = {p.strip() for p in listed.strip().lstrip("(").replace("\n", " ").split(",")}
+    assert listed == packages, f"README lists {sorted(listed)}, the package depends on {sorted(packages)}"
 
 
 def test_apt_get_install_enables_and_starts_the_service(res):
@@ -100,6 +113,44 @@ def test_metrics_answer_with_the_programs_attached(res):
                    and line.endswith(" 1") for line in text.splitlines()), f"{tp} not attached:\n{text[:1500]}")
     version = res.get("package_status", "").split()[-1]
     expect(f'mergewatch_build_info{{version="{version}"' in text, f"build_info is not version {version}")
+
+
+def test_version_report_is_the_package_build(res):
+    """--version of the packaged daemon: the changelog's version, no branch or revision (no git in a package
+    build), the build date from SOURCE_DATE_EPOCH, which dpkg-buildpackage takes from the changelog's date."""
+    changelog = os.path.join(REPO, "debian/changelog")
+    version = subprocess.run(["dpkg-parsechangelog", "-l", changelog, "-S", "Version"], capture_output=True,
+                             text=True).stdout.strip()
+    epoch = int(subprocess.run(["dpkg-parsechangelog", "-l", changelog, "-S", "Timestamp"], capture_output=True,
+                               text=True).stdout.strip())
+    import time
+    date = time.strftime("%Y%m%d-%H:%M:%S", time.gmtime(epoch))
+    report = res.get("version_report", "")
+    expect(report.startswith(f"mergewatchd, version {version} (branch: unknown, revision: unknown);")
+           and f"build date:       {date};" in report and "toolchain:" in report and "platform:" in report,
+           f"--version: {report!r} (expected version {version}, build date {date})")
+
+
+def test_installed_example_prometheus_config_passes_promtool(res):
+    """/usr/share/mergewatch/prometheus/prometheus.example.yml as the package installs it names the rule file the
+    package installs: `promtool check config` in the guest accepts it."""
+    expect(res.get("example_config_rc") == "0" and "SUCCESS" in read("promtool-example.txt"),
+           f"promtool check config: rc {res.get('example_config_rc')}\n{read('promtool-example.txt')}")
+
+
+def test_apt_get_remove_stops_and_disables_the_socket(res):
+    """An admin enabled and started mergewatchd.socket (opt-in); `apt-get remove` stops and disables it with the
+    service: nothing listens for a binary that is gone."""
+    expect(res.get("socket_enabled_before") == "enabled" and res.get("socket_active_before") == "active"
+           and res.get("service_active_with_socket") == "active",
+           f"before remove: socket {res.get('socket_enabled_before')}/{res.get('socket_active_before')}, "
+           f"service {res.get('service_active_with_socket')}")
+    expect(res.get("remove_rc") == "0" and res.get("socket_active_after_remove") != "active"
+           and not res.get("socket_link_after_remove") and res.get("socket_listening_after_remove") == "0"
+           and res.get("service_active_after_remove") != "active" and res.get("socket_removed_ok") == "1",
+           f"after remove: rc {res.get('remove_rc')}, socket {res.get('socket_active_after_remove')}, "
+           f"link {res.get('socket_link_after_remove')!r}, listening {res.get('socket_listening_after_remove')}, "
+           f"service {res.get('service_active_after_remove')}")
 
 
 def test_apt_get_purge_leaves_nothing_behind(res):

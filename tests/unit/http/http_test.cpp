@@ -228,11 +228,22 @@ TEST(WebConfig, RefusesWhatItCannotHonour) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"tls_server_config:\n  cert_file: a\n", "cert_file and key_file"},
       {"tls_server_config:\n  cert_fille: a\n  key_file: b\n", "unknown setting tls_server_config.cert_fille"},
-      {"tls_server_config:\n  cert_file: a\n  key_file: b\n  min_version: TLS13\n", "min_version is not supported"},
+      {"tls_server_config:\n  cert_file: a\n  key_file: b\n  min_version: TLS9\n", "min_version: unknown TLS version"},
+      {"tls_server_config:\n  cert_file: a\n  key_file: b\n  min_version: TLS13\n  max_version: TLS12\n",
+       "max_version is below tls_server_config.min_version"},
+      {"tls_server_config:\n  cert_file: a\n  key_file: b\n  client_allowed_sans: [x]\n",
+       "client_allowed_sans is not supported"},
+      {"tls_server_config:\n  cert_file: a\n  key_file: b\n  cipher_suites: [TLS_RSA_WITH_RC4_128_SHA]\n",
+       "cipher_suites: TLS_RSA_WITH_RC4_128_SHA is not supported"},
+      {"tls_server_config:\n  cert_file: a\n  key_file: b\n  curve_preferences: [CurveP224]\n",
+       "curve_preferences: unknown curve"},
+      {"http_server_config:\n  headers:\n    Server: x\n", "HTTP header \"Server\" can not be configured"},
+      {"http_server_config:\n  headers:\n    X-Frame-Options: allow\n", "invalid value for X-Frame-Options"},
       {"tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: RequireAndVerifyClientCert\n",
        "needs client_ca_file"},
-      {"tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: RequestClientCert\n",
-       "not supported"},
+      {"tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: VerifyClientCertIfGiven\n",
+       "needs client_ca_file"},
+      {"tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: Sometimes\n", "unknown value"},
       {"basic_auth_users:\n  u: plaintext\n", "not a bcrypt hash"},
       {"basic_auth:\n  u: x\n", "unknown setting basic_auth"},
       {"[1, 2", "not valid YAML"},
@@ -242,6 +253,47 @@ TEST(WebConfig, RefusesWhatItCannotHonour) {
     std::string error;
     EXPECT_FALSE(ParseWebConfig(yaml, "/", &c, &error)) << yaml;
     EXPECT_NE(error.find(expected), std::string::npos) << yaml << " -> " << error;
+  }
+}
+
+TEST(WebConfig, TlsPrioritiesFollowExporterToolkitSettings) {
+  WebConfig c;
+  std::string priorities, error;
+  ASSERT_TRUE(TlsPriorities(c, &priorities, &error)) << error;
+  // The default floor is TLS 1.2, as exporter-toolkit's.
+  EXPECT_EQ(priorities, "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:%SERVER_PRECEDENCE");
+  c.min_version = TlsVersion::kTls10;
+  c.max_version = TlsVersion::kTls12;
+  c.prefer_server_cipher_suites = false;
+  c.cipher_suites = {"TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"};
+  c.curve_preferences = {"X25519", "CurveP256"};
+  ASSERT_TRUE(TlsPriorities(c, &priorities, &error)) << error;
+  EXPECT_EQ(priorities,
+            "NORMAL:-VERS-ALL:+VERS-TLS1.2:+VERS-TLS1.1:+VERS-TLS1.0:-KX-ALL:+ECDHE-RSA:+ECDHE-ECDSA:-CIPHER-ALL:"
+            "+AES-128-GCM:-MAC-ALL:+AEAD:-GROUP-ALL:+GROUP-X25519:+GROUP-SECP256R1");
+  // Two suites that differ in both key exchange and cipher would let in the two crossed ones.
+  c.cipher_suites = {"TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384"};
+  EXPECT_FALSE(TlsPriorities(c, &priorities, &error));
+  EXPECT_NE(error.find("tls_server_config.cipher_suites"), std::string::npos) << error;
+}
+
+TEST(WebConfig, ParsesEveryClientAuthTypeAndHeaders) {
+  const std::vector<std::pair<std::string, ClientAuth>> types = {
+      {"NoClientCert", ClientAuth::kNone},
+      {"RequestClientCert", ClientAuth::kRequest},
+      {"RequireAnyClientCert", ClientAuth::kRequireAny},
+      {"VerifyClientCertIfGiven", ClientAuth::kVerifyIfGiven},
+      {"RequireAndVerifyClientCert", ClientAuth::kRequireAndVerify}};
+  for (const auto& [name, value] : types) {
+    WebConfig c;
+    std::string error;
+    const std::string ca = name.find("Verify") != std::string::npos ? "  client_ca_file: ca.crt\n" : "";
+    ASSERT_TRUE(ParseWebConfig("tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: " + name +
+                                   "\n" + ca + "http_server_config:\n  headers:\n    X-Frame-Options: SAMEORIGIN\n",
+                               "/", &c, &error))
+        << name << ": " << error;
+    EXPECT_EQ(c.client_auth, value) << name;
+    EXPECT_EQ(c.headers.at("X-Frame-Options"), "SAMEORIGIN");
   }
 }
 

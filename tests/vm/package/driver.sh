@@ -79,8 +79,42 @@ check metrics test "$rc" = 0 -a -s "$out/metrics-installed.prom"
 bpf_snapshot installed
 res uid "$(awk '/^Uid:/ { print $2 }' "/proc/$(prop MainPID)/status" 2>/dev/null)"
 main_pid=$(prop MainPID)
+res version_report "$(/usr/sbin/mergewatchd --version 2>&1 | tr '\n' ';')"
+# The shipped example Prometheus config, as installed, names the installed rule file (host's promtool).
+promtool check config /usr/share/mergewatch/prometheus/prometheus.example.yml > "$out/promtool-example.txt" 2>&1
+res example_config_rc "$?"
 
-# 3. Purge: stops the service (prerm), removes the files, the unit's enablement and the conffile.
+# 2b. An admin opts in to the socket (on another port: the running service holds :9863; the drop-in is
+#     this driver's, in /run, removed below), then `apt-get remove`: the package's prerm must stop and
+#     disable the socket, not leave it listening for a binary that is gone.
+mkdir -p /run/systemd/system/mergewatchd.socket.d
+printf '[Socket]\nListenStream=\nListenStream=127.0.0.1:19863\n' > /run/systemd/system/mergewatchd.socket.d/mw-test.conf
+systemctl daemon-reload
+# systemd refuses to start a socket whose service is running ("Socket service ... already active"): stop
+# the service, start the socket, start the service again (it gets the socket's fd, unused without
+# --web.systemd-socket, and binds :9863 as before), so the remove below has both to stop.
+systemctl stop "$unit"
+systemctl enable --now mergewatchd.socket >> "$out/guest.log" 2>&1
+systemctl start "$unit"
+main_pid=$(prop MainPID)
+res socket_enabled_before "$(systemctl is-enabled mergewatchd.socket 2>&1)"
+res socket_active_before "$(systemctl is-active mergewatchd.socket 2>&1)"
+res service_active_with_socket "$(systemctl is-active "$unit" 2>&1)"
+say "apt-get remove mergewatch"
+DEBIAN_FRONTEND=noninteractive timeout 240 apt-get remove -y "${apt_opts[@]}" mergewatch \
+	> "$out/apt-remove.log" 2>&1; rc=$?
+res remove_rc "$rc"
+res socket_active_after_remove "$(systemctl is-active mergewatchd.socket 2>&1)"
+res socket_link_after_remove "$(ls /etc/systemd/system/sockets.target.wants/mergewatchd.socket 2>/dev/null)"
+res socket_listening_after_remove "$(ss -Hltn 'sport = :19863' 2>/dev/null | wc -l)"
+res service_active_after_remove "$(systemctl is-active "$unit" 2>&1)"
+check socket_removed test "$rc" = 0 -a "$(systemctl is-active mergewatchd.socket)" != active \
+	-a ! -L /etc/systemd/system/sockets.target.wants/mergewatchd.socket
+rm -rf /run/systemd/system/mergewatchd.socket.d
+systemctl daemon-reload
+
+# 3. Purge (after the remove above: the conffile and purge-time state are left): removes the conffile
+#    and the units' enablement state.
 t0=$(up)
 say "apt-get purge mergewatch"
 DEBIAN_FRONTEND=noninteractive timeout 240 apt-get purge -y "${apt_opts[@]}" mergewatch \

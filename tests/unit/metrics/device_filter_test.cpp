@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "metrics/device_filter.h"
+
+#include <gtest/gtest.h>
+
+namespace mergewatch {
+namespace {
+
+prometheus::ClientMetric Series(std::vector<std::pair<std::string, std::string>> labels) {
+  prometheus::ClientMetric metric;
+  for (auto& [name, value] : labels) metric.label.push_back({name, value});
+  return metric;
+}
+
+TEST(DeviceFilter, DefaultExcludesRamZramAndFloppyOnly) {
+  DeviceFilter filter;
+  std::string error;
+  ASSERT_TRUE(DeviceFilter::Make("", kDefaultDeviceExclude, &filter, &error)) << error;
+  for (const char* name : {"ram0", "zram12", "fd0"}) EXPECT_TRUE(filter.Excluded(name)) << name;
+  for (const char* name : {"loop3", "nvme0n1", "sda", "dm-0", "md127", "framdisk1", "ram"})
+    EXPECT_FALSE(filter.Excluded(name)) << name;
+}
+
+TEST(DeviceFilter, IncludeAndExcludeFollowNodeExporter) {
+  DeviceFilter filter;
+  std::string error;
+  ASSERT_TRUE(DeviceFilter::Make("^nvme\\d+n\\d+$", "", &filter, &error)) << error;
+  EXPECT_FALSE(filter.Excluded("nvme0n1"));
+  EXPECT_TRUE(filter.Excluded("nvme0n1p1"));
+  EXPECT_TRUE(filter.Excluded("sda"));
+  ASSERT_TRUE(DeviceFilter::Make("", "loop", &filter, &error)) << error;  // searched, not anchored, as Go's
+  EXPECT_TRUE(filter.Excluded("loop7"));
+  EXPECT_FALSE(filter.Excluded("sda"));
+  EXPECT_FALSE(DeviceFilter::Make("a", "b", &filter, &error));
+  EXPECT_NE(error.find("mutually exclusive"), std::string::npos);
+  EXPECT_FALSE(DeviceFilter::Make("", "(", &filter, &error));
+  EXPECT_NE(error.find("--devices.exclude is not a valid regular expression"), std::string::npos) << error;
+}
+
+TEST(DeviceFilter, DropsSeriesByTheDeviceLabelOnlySoAnExcludedUpperStays) {
+  DeviceFilter filter;
+  std::string error;
+  ASSERT_TRUE(DeviceFilter::Make("", "^(dm-0|loop1)$", &filter, &error)) << error;
+  std::vector<prometheus::MetricFamily> families(2);
+  families[0].name = "mergewatch_merge_collapse";
+  families[0].metric = {Series({{"device", "nvme0n1"}, {"upper", "dm-0"}}), Series({{"device", "dm-0"}})};
+  families[1].name = "mergewatch_build_info";
+  families[1].metric = {Series({{"version", "x"}}), Series({{"device", "loop1"}, {"origin", "dm-0"}})};
+  DropExcludedDevices(filter, &families);
+  ASSERT_EQ(families[0].metric.size(), 1u);
+  EXPECT_EQ(families[0].metric[0].label[1].value, "dm-0");  // the page on nvme0n1 still names its upper
+  ASSERT_EQ(families[1].metric.size(), 1u);
+  EXPECT_EQ(families[1].metric[0].label[0].name, "version");
+}
+
+}  // namespace
+}  // namespace mergewatch
