@@ -4,14 +4,12 @@
 // kernel rollout that makes reads slower shows as one cohort against the others, as LinkedIn's 4.x reimage
 // did on HDD RAID1 hosts. Recording rules, one alert (a ticket: the fleet is not down, a rollout should
 // stop), and a dashboard row.
-local fold(text) = std.join(' ', std.split(std.rstripChars(text, '\n'), '\n'));  // YAML's `>-`
-
 {
   local c = $._config,
   assert c.cohortLatencyRatio > 1 : 'cohortLatencyRatio must be above 1: a cohort is compared with the fastest other',
   assert c.cohortMinHosts >= 1 : 'cohortMinHosts must be at least 1',
   // Per-device series labelled with the device class: joined on the device, one class per device.
-  local withClass(series) = '%s\n  * on (job, instance, device) group_left (class) mergewatch_device_class_info{%s}'
+  local withClass(series) = '%s * on (job, instance, device) group_left (class) mergewatch_device_class_info{%s}'
                             % [series, c.mergewatchSelector],
   // Per-host series labelled with the host's kernel release.
   local withKernel = '* on (job, instance) group_left (kernel) mergewatch_build_info{%s}' % c.mergewatchSelector,
@@ -27,36 +25,20 @@ local fold(text) = std.join(' ', std.split(std.rstripChars(text, '\n'), '\n')); 
         // Per host and class: p99 read latency (dispatch to completion) over all the host's disks of the class.
         // Hosts without reads on a class get no sample (histogram_quantile of no requests is NaN, and NaN > 0
         // is false).
+        // Expressions on one line: rules.jsonnet's YAML output costs jsonnet time that grows faster than the text.
         {
           record: 'instance_class_kernel:mergewatch_read_latency_seconds:p99_rate5m',
-          expr: |||
-            histogram_quantile(0.99,
-              sum by (job, instance, class, le) (
-                %s
-              )
-            )
-            %s
-            > 0
-          ||| % [withClass('rate(mergewatch_request_latency_seconds_bucket{%s, op="read"}[5m])' % c.mergewatchSelector),
-                 withKernel],
+          expr: 'histogram_quantile(0.99, sum by (job, instance, class, le) (%s)) %s > 0'
+                % [withClass('rate(mergewatch_request_latency_seconds_bucket{%s, op="read"}[5m])' % c.mergewatchSelector),
+                   withKernel],
         },
         // Per host, class and op: mean request size at dispatch (bytes per request).
         {
           record: 'instance_class_kernel_op:mergewatch_request_size_bytes:mean_rate5m',
-          expr: |||
-            (
-              sum by (job, instance, class, op) (
-                %s
-              )
-              /
-              (sum by (job, instance, class, op) (
-                %s
-              ) > 0)
-            )
-            %s
-          ||| % [withClass('rate(mergewatch_request_size_bytes_sum{%s}[5m])' % c.mergewatchSelector),
-                 withClass('rate(mergewatch_request_size_bytes_count{%s}[5m])' % c.mergewatchSelector),
-                 withKernel],
+          expr: '(sum by (job, instance, class, op) (%s) / (sum by (job, instance, class, op) (%s) > 0)) %s'
+                % [withClass('rate(mergewatch_request_size_bytes_sum{%s}[5m])' % c.mergewatchSelector),
+                   withClass('rate(mergewatch_request_size_bytes_count{%s}[5m])' % c.mergewatchSelector),
+                   withKernel],
         },
         // The cohort p99: the median of its hosts' p99, so one host with a failing disk does not move it.
         {
@@ -83,24 +65,18 @@ local fold(text) = std.join(' ', std.split(std.rstripChars(text, '\n'), '\n')); 
         alert: 'MergewatchKernelCohortSlowReads',
         // The fastest comparable cohort of the class is the reference: a cohort at least K (> 1) times it is
         // never the reference itself.
-        expr: |||
-          (%s)
-          >= on (class) group_left ()
-          %s * min by (class) (%s)
-        ||| % [comparable, c.cohortLatencyRatio, comparable],
+        expr: '(%s) >= on (class) group_left () %s * min by (class) (%s)' % [comparable, c.cohortLatencyRatio, comparable],
         'for': c.cohortFor,
         labels: { severity: c.warningSeverity },
         annotations: {
           summary: 'Hosts on one kernel release read markedly slower than hosts on another.',
-          description: fold(|||
-            Kernel {{ $labels.kernel }}:
-            {{ with printf "%(hosts)s{kernel='%%s',class='%%s'}" $labels.kernel $labels.class | query }}{{ . | first | value }}{{ end }}
-            hosts have a median p99 read latency of {{ $value | humanizeDuration }} on {{ $labels.class }} disks,
-            at least %(ratio)s times the fastest other kernel cohort of at least %(min)s hosts
-            ({{ with printf "min(%(p99)s{class='%%s'} and on (kernel, class) %(hosts)s >= %(min)s)" $labels.class | query }}{{ . | first | value | humanizeDuration }}{{ end }}).
-            Compare the cohorts' request sizes and queue settings (dashboard row "Kernel cohorts", queue
-            findings) before rolling the kernel out further.
-          ||| % { hosts: cohortHosts, p99: cohortP99, ratio: c.cohortLatencyRatio, min: c.cohortMinHosts }),
+          // Short: see findings.libsonnet on the cost of long annotations.
+          description: ('Kernel {{ $labels.kernel }}: median p99 read latency of its hosts {{ $value | humanizeDuration }} on ' +
+                        '{{ $labels.class }} disks, %s times or more that of the fastest other kernel cohort of %d or more ' +
+                        'hosts ({{ with printf "min(%s{class=\'%%s\'} and on (kernel, class) %s >= %d)" $labels.class | query }}' +
+                        '{{ . | first | value | humanizeDuration }}{{ end }}). Hold the rollout; compare the cohorts on the ' +
+                        'dashboard row Kernel cohorts.') % [c.cohortLatencyRatio, c.cohortMinHosts, cohortP99, cohortHosts,
+                                                            c.cohortMinHosts],
           runbook_url: c.runbookURL + '#mergewatchkernelcohortslowreads',
         },
       }],

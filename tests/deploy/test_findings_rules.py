@@ -27,17 +27,13 @@ def test_queue_finding_is_a_ticket_after_ten_minutes(tmp_path):
     sda = {"exp_labels": {"severity": "warning", "job": "mergewatch", "instance": "hdd-07:9863", "device": "sda",
                           "finding": "rotational_without_scheduler"},
            "exp_annotations": {"summary": summary, "runbook_url": runbook, "description": (
-               "Host hdd-07:9863, disk sda: rotational_without_scheduler. A rotational disk with one hardware queue "
-               "runs the none scheduler, so requests reach it in submission order, unsorted and with fewer merges. "
-               "No elevator is built in or loaded (queue/scheduler lists only none): load mq-deadline, then set it. "
-               "The daemon's log has the sysfs values and the command that clears it.")}}
+               "Host hdd-07:9863: rotational_without_scheduler on sda. No elevator is built in or loaded: load "
+               "mq-deadline, then set it. The daemon's log has the sysfs values and the command that clears it.")}}
     nvme = {"exp_labels": {"severity": "warning", "job": "mergewatch", "instance": "hdd-07:9863", "device": "nvme0n1",
                            "finding": "merging_disabled_under_stack"},
             "exp_annotations": {"summary": summary, "runbook_url": runbook, "description": (
-                "Host hdd-07:9863, disk nvme0n1: merging_disabled_under_stack. queue/nomerges is 2 on a disk under a "
-                "dm or md device: the stacked device's I/O reaches the disk unmerged (the 2019 collapse, before any "
-                "traffic shows it). Set it to 0. The daemon's log has the sysfs values and the command that clears "
-                "it.")}}
+                "Host hdd-07:9863: merging_disabled_under_stack on nvme0n1. The daemon's log has the sysfs values "
+                "and the command that clears it.")}}
     tests = [{"interval": "1m",
               "input_series": [{"series": s, "values": v} for s, v in series],
               "alert_rule_test": [

@@ -31,7 +31,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-scrape() { curl -fsS --max-time 10 "http://127.0.0.1:$PORT/metrics"; }
+scrape() { curl -fsS --max-time 10 "http://127.0.0.1:$PORT/metrics" 2> /dev/null; }
 # wait_for SECONDS WHAT COMMAND...: poll until COMMAND succeeds; prints the seconds it took.
 wait_for() {
 	local limit=$1 what=$2 t0
@@ -53,7 +53,7 @@ disks_up() {
 	rot=()
 	local d
 	for d in /sys/block/sd*; do
-		[ -e "$d/device/model" ] && [ "$(cat "$d/device/model")" = "QEMU HARDDISK" ] && rot+=("${d##*/}")
+		[ -e "$d/device/model" ] && [[ "$(cat "$d/device/model")" == "QEMU HARDDISK"* ]] && rot+=("${d##*/}")	# sysfs pads the model with spaces
 	done
 	[ "${#rot[@]}" = 2 ]
 }
@@ -71,7 +71,7 @@ res md_slaves "$(ls /sys/block/md1/slaves | paste -sd, -)"
 
 "$DAEMON" --web.listen-address=127.0.0.1:$PORT --topology.refresh-interval=1s > "$OUT/daemon.log" 2>&1 &
 pid=$!
-wait_for 60 "the daemon's first scrape" scrape > /dev/null || die "daemon not serving: $(tail -5 "$OUT/daemon.log")"
+wait_for 240 "the daemon's first scrape" scrape > /dev/null || die "daemon not serving: $(tail -5 "$OUT/daemon.log")"
 sleep 2	# two refreshes
 res findings_default "$(findings)"
 scrape > "$OUT/default.prom"
