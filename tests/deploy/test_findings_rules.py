@@ -19,6 +19,9 @@ def test_queue_finding_is_a_ticket_after_ten_minutes(tmp_path):
         (f'mergewatch_queue_config_finding{{{HOST},device="nvme0n1",finding="merging_disabled_under_stack"}}',
          "_x5 1x25"),
         (f'mergewatch_queue_nomerges{{{HOST},device="nvme0n1"}}', "2x30"),
+        # The same on a disk whose queue/scheduler lists an elevator (mq-deadline built in, not chosen).
+        (f'mergewatch_queue_config_finding{{{HOST},device="sdc",finding="rotational_without_scheduler"}}', "1x30"),
+        (f'mergewatch_queue_schedulers_available{{{HOST},device="sdc"}}', "1x30"),
         # A finding that held 5 minutes at boot and went (a udev rule caught up): no ticket.
         (f'mergewatch_queue_config_finding{{{HOST},device="sdb",finding="rotational_without_scheduler"}}', "1x5"),
     ]
@@ -29,6 +32,10 @@ def test_queue_finding_is_a_ticket_after_ten_minutes(tmp_path):
            "exp_annotations": {"summary": summary, "runbook_url": runbook, "description": (
                "Host hdd-07:9863: rotational_without_scheduler on sda. No elevator is built in or loaded: load "
                "mq-deadline, then set it. The daemon's log has the sysfs values and the command that clears it.")}}
+    sdc = {"exp_labels": dict(sda["exp_labels"], device="sdc"),
+           "exp_annotations": {"summary": summary, "runbook_url": runbook, "description": (
+               "Host hdd-07:9863: rotational_without_scheduler on sdc. An elevator is available in queue/scheduler: "
+               "set mq-deadline. The daemon's log has the sysfs values and the command that clears it.")}}
     nvme = {"exp_labels": {"severity": "warning", "job": "mergewatch", "instance": "hdd-07:9863", "device": "nvme0n1",
                            "finding": "merging_disabled_under_stack"},
             "exp_annotations": {"summary": summary, "runbook_url": runbook, "description": (
@@ -38,8 +45,8 @@ def test_queue_finding_is_a_ticket_after_ten_minutes(tmp_path):
               "input_series": [{"series": s, "values": v} for s, v in series],
               "alert_rule_test": [
                   {"eval_time": "9m", "alertname": "MergewatchQueueConfigFinding", "exp_alerts": []},
-                  {"eval_time": "12m", "alertname": "MergewatchQueueConfigFinding", "exp_alerts": [sda]},
-                  {"eval_time": "20m", "alertname": "MergewatchQueueConfigFinding", "exp_alerts": [sda, nvme]},
+                  {"eval_time": "12m", "alertname": "MergewatchQueueConfigFinding", "exp_alerts": [sda, sdc]},
+                  {"eval_time": "20m", "alertname": "MergewatchQueueConfigFinding", "exp_alerts": [sda, sdc, nvme]},
               ]}]
     path = os.path.join(str(tmp_path), "findings.test.yml")
     with open(path, "w") as f:
