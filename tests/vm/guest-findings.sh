@@ -47,6 +47,7 @@ wait_for() {
 findings() { scrape | sed -n 's/^mergewatch_queue_config_finding{device="\([^"]*\)",finding="\([^"]*\)"} 1$/\1:\2/p' | sort | paste -sd, -; }
 findings_are() { [ "$(findings)" = "$1" ]; }
 
+ip link set lo up	# the scenario did; a standalone run (--script) has to
 modprobe -a nvme virtio_scsi sd_mod md-mod raid1	# no udev in the guest: nothing loads them on its own
 rot=()
 disks_up() {
