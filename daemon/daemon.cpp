@@ -23,6 +23,7 @@
 #include "source/bpf_probes.h"
 #include "source/diskstats.h"
 #include "source/source.h"
+#include "findings/queue_findings.h"
 #include "topology/device_events.h"
 #include "topology/device_namer.h"
 #include "exit_codes.h"
@@ -520,7 +521,17 @@ int RunDaemon(const Config& config) {
   }
 
   TopologyKeeper topology(config.sysfs_root, config.topology_refresh);
-  topology.OnScan([&names, &watch](std::shared_ptr<const Topology> current) {
+  // Queue findings follow every scan (the refresh interval, SIGHUP, device events); changes are logged.
+  const std::string kernel_release = status.kernel_release;
+  std::vector<QueueFinding> findings;
+  topology.OnScan([&names, &watch, &state, &findings, kernel_release](std::shared_ptr<const Topology> current) {
+    std::vector<QueueFinding> now = FindQueueConfigProblems(*current, kernel_release);
+    for (const FindingChange& change : DescribeFindingChanges(findings, now)) {
+      if (change.appeared) LogWarn(change.text);
+      else LogInfo(change.text);
+    }
+    findings = now;
+    state->PublishFindings(std::move(now));
     names.Publish(std::move(current), watch.pending());
   });
   if (sources.bpf) TraceBioLevelWhereNeeded(*topology.current(), sources.bpf.get());

@@ -7,7 +7,9 @@ is a rendering of the panels' own queries, not a Grafana screenshot.
 The run (tests/deploy/dashboard_run.py, the same as the dashboard test): a loop device with mq-deadline and
 nomerges=2 read sequentially in 4 KiB direct batches of 64 by fio, watched by mergewatchd; after the collapse has
 been raised for a while, nomerges goes back to 0 while fio keeps reading, so the picture shows the collapse and
-the recovery. The stacking table comes from the second daemon reading the LVM-snapshot-on-NVMe sysfs fixture.
+the recovery. The stacking table comes from the second daemon reading the LVM-snapshot-on-NVMe sysfs fixture. The
+kernel cohort panels compare the host's kernel with a second cohort: the same daemon scraped again as another
+host whose kernel label Prometheus relabels (tests/deploy/dashboard_run.py), so their lines coincide.
 
     make dashboard-picture            # as root; about two minutes
 """
@@ -72,7 +74,7 @@ def main():
 
 def draw(panels, start, fixed_at, dev, out):
     order = [t for t in panels]
-    fig, axes = plt.subplots(4, 3, figsize=(21, 18))
+    fig, axes = plt.subplots(5, 3, figsize=(21, 22.5))
     axes = [a for row in axes for a in row]
     fig.suptitle(f"mergewatch dashboard panels, queried from Prometheus: {dev} with nomerges=2 (collapse), "
                  f"then nomerges=0 at the dashed line (matplotlib rendering of the Grafana panels' queries)",

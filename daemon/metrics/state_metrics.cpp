@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "metrics/state_metrics.h"
 
+#include <algorithm>
 #include <initializer_list>
 #include <utility>
 
@@ -49,6 +50,13 @@ std::vector<MetricFamily> TopologyFamilies(const Topology& topology) {
   MetricFamily max_segments = GaugeFamily("mergewatch_queue_max_segments", "queue/max_segments.");
   MetricFamily rotational = GaugeFamily("mergewatch_queue_rotational", "queue/rotational: 1 for spinning disks.");
   MetricFamily scheduler = GaugeFamily("mergewatch_queue_scheduler_info", "The active I/O scheduler. Always 1.");
+  MetricFamily elevators = GaugeFamily("mergewatch_queue_schedulers_available",
+                                       "Schedulers queue/scheduler lists other than none (built in or loaded): 0 means "
+                                       "no elevator can be chosen without loading a module.");
+  MetricFamily device_class = GaugeFamily("mergewatch_device_class_info",
+                                          "Device class of a request-based whole disk, for kernel cohorts: rotational "
+                                          "(queue/rotational 1), nvme (non-rotational NVMe), non_rotational (any other). "
+                                          "Always 1.");
 
   for (MetricFamily* f : {&info, &nomerges, &max_sectors, &max_segments, &rotational, &scheduler})
     f->metric.reserve(topology.devices().size());
@@ -71,8 +79,25 @@ std::vector<MetricFamily> TopologyFamilies(const Topology& topology) {
     if (d.queue.rotational >= 0) AddGauge(&rotational, {{"device", d.name}}, d.queue.rotational);
     if (!d.queue.scheduler.empty())
       AddGauge(&scheduler, {{"device", d.name}, {"scheduler", d.queue.scheduler}}, 1);
+    if (d.request_based && !d.queue.available_schedulers.empty()) {
+      const auto& names = d.queue.available_schedulers;
+      AddGauge(&elevators, {{"device", d.name}},
+               static_cast<double>(names.size() - std::count(names.begin(), names.end(), "none")));
+    }
+    if (const char* cls = DeviceClassName(d)) AddGauge(&device_class, {{"device", d.name}, {"class", cls}}, 1);
   }
-  return Moved({&info, &holders, &nomerges, &max_sectors, &max_segments, &rotational, &scheduler});
+  return Moved({&info, &holders, &nomerges, &max_sectors, &max_segments, &rotational, &scheduler, &elevators,
+                &device_class});
+}
+
+std::vector<MetricFamily> FindingFamilies(const std::vector<QueueFinding>& findings) {
+  MetricFamily finding = GaugeFamily(
+      "mergewatch_queue_config_finding",
+      "1 while a queue setting that hurts holds on a request-based disk (absent otherwise): "
+      "rotational_without_scheduler, merging_disabled_under_stack, max_sectors_capped. The log says the "
+      "evidence and the remedy; docs/runbook.md has a section per finding.");
+  for (const QueueFinding& f : findings) AddGauge(&finding, {{"device", f.device}, {"finding", f.finding}}, 1);
+  return Moved({&finding});
 }
 
 std::vector<MetricFamily> CollapseFamilies(const std::vector<DiskVerdict>& verdicts) {
@@ -121,6 +146,11 @@ std::vector<MetricFamily> CollapseFamilies(const std::vector<DiskVerdict>& verdi
   return Moved({&collapse, &condition, &rate, &small, &missed, &merges, &lower, &merged, &upper, &upper_share});
 }
 
+void StateCollector::PublishFindings(std::vector<QueueFinding> findings) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  findings_ = std::move(findings);
+}
+
 void StateCollector::Publish(std::shared_ptr<const Topology> topology, std::vector<DiskVerdict> verdicts) {
   std::lock_guard<std::mutex> lock(mutex_);
   topology_ = std::move(topology);
@@ -130,12 +160,15 @@ void StateCollector::Publish(std::shared_ptr<const Topology> topology, std::vect
 std::vector<MetricFamily> StateCollector::Collect() const {
   std::shared_ptr<const Topology> topology;
   std::vector<DiskVerdict> verdicts;
+  std::vector<QueueFinding> findings;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     topology = topology_;
     verdicts = verdicts_;
+    findings = findings_;
   }
   std::vector<MetricFamily> families = TopologyFamilies(*topology);
+  for (MetricFamily& f : FindingFamilies(findings)) families.push_back(std::move(f));
   std::vector<MetricFamily> collapse = CollapseFamilies(verdicts);
   families.reserve(families.size() + collapse.size());
   for (MetricFamily& f : collapse) families.push_back(std::move(f));

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "detector/detector.h"
+#include "findings/queue_findings.h"
 #include "topology/topology.h"
 
 namespace mergewatch {
@@ -19,18 +20,24 @@ namespace mergewatch {
 // Pure: device info, stacking edges and queue settings of every device.
 std::vector<prometheus::MetricFamily> TopologyFamilies(const Topology& topology);
 
+// Pure: mergewatch_queue_config_finding, one series of value 1 per finding that holds.
+std::vector<prometheus::MetricFamily> FindingFamilies(const std::vector<QueueFinding>& findings);
+
 // Pure: mergewatch_merge_collapse and its evidence, one series per candidate disk.
 std::vector<prometheus::MetricFamily> CollapseFamilies(const std::vector<DiskVerdict>& verdicts);
 
 class StateCollector final : public prometheus::Collectable {
  public:
   void Publish(std::shared_ptr<const Topology> topology, std::vector<DiskVerdict> verdicts);
+  // The findings of the latest topology scan (published by the scan, not by every tick).
+  void PublishFindings(std::vector<QueueFinding> findings);
   std::vector<prometheus::MetricFamily> Collect() const override;
 
  private:
   mutable std::mutex mutex_;
   std::shared_ptr<const Topology> topology_ = std::make_shared<Topology>();
   std::vector<DiskVerdict> verdicts_;
+  std::vector<QueueFinding> findings_;
 };
 
 }  // namespace mergewatch

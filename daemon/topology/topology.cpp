@@ -360,12 +360,24 @@ std::optional<T> ReadNumberAttr(const SysfsTree& tree, const std::string& rel, T
   return value;
 }
 
-std::string ReadSchedulerAttr(const SysfsTree& tree, const std::string& rel) {
+std::string ReadSchedulerAttr(const SysfsTree& tree, const std::string& rel,
+                              std::vector<std::string>* available) {
   const std::optional<std::string> text = tree.ReadAttr(rel);
   if (!text) return "";  // bio-based devices may have no scheduler file
   const std::optional<std::string> scheduler = ParseScheduler(*text);
   if (!scheduler) tree.Warn(rel, "malformed value \"" + *text + "\"");
+  else *available = ParseSchedulerList(*text);
   return scheduler.value_or("");
+}
+
+// An attribute older kernels or fixtures may lack: absent is 0 without a warning, malformed warns.
+uint64_t ReadOptionalCount(const SysfsTree& tree, const std::string& rel) {
+  const std::optional<std::string> text = tree.ReadAttr(rel);
+  if (!text) return 0;
+  const std::optional<uint64_t> value =
+      ParseDecimal<uint64_t>(*text, 0, std::numeric_limits<uint64_t>::max());
+  if (!value) tree.Warn(rel, "malformed value \"" + *text + "\"");
+  return value.value_or(0);
 }
 
 QueueSettings ReadQueue(const SysfsTree& tree, const std::string& disk_rel) {
@@ -376,7 +388,7 @@ QueueSettings ReadQueue(const SysfsTree& tree, const std::string& disk_rel) {
     return queue;
   }
   queue.nomerges = ReadNumberAttr<int>(tree, dir + "/nomerges", 0, 2).value_or(-1);
-  queue.scheduler = ReadSchedulerAttr(tree, dir + "/scheduler");
+  queue.scheduler = ReadSchedulerAttr(tree, dir + "/scheduler", &queue.available_schedulers);
   queue.max_sectors_kb =
       ReadNumberAttr<uint64_t>(tree, dir + "/max_sectors_kb", 0,
                                std::numeric_limits<uint64_t>::max())
@@ -386,6 +398,10 @@ QueueSettings ReadQueue(const SysfsTree& tree, const std::string& disk_rel) {
                                std::numeric_limits<uint32_t>::max())
           .value_or(0);
   queue.rotational = ReadNumberAttr<int>(tree, dir + "/rotational", 0, 1).value_or(-1);
+  queue.max_hw_sectors_kb = ReadOptionalCount(tree, dir + "/max_hw_sectors_kb");
+  queue.optimal_io_bytes = ReadOptionalCount(tree, dir + "/optimal_io_size");
+  // One directory per hardware queue (mq/0, mq/1, ...): the count elevator_get_default() checks.
+  if (tree.IsDir(disk_rel + "/mq")) queue.hw_queues = static_cast<int>(tree.ListRealSubdirs(disk_rel + "/mq").size());
   return queue;
 }
 
@@ -482,6 +498,11 @@ std::optional<BlockDevice> ReadDevice(const SysfsTree& tree, const std::string& 
   device.slaves = tree.ListNames(rel + "/slaves");
   device.holders = tree.ListNames(rel + "/holders");
   device.queue = disk_queue != nullptr ? *disk_queue : ReadQueue(tree, disk_rel);
+  if (device.kind == DeviceKind::kLoop && !device.is_partition) {
+    const std::optional<std::string> dio = tree.ReadAttr(rel + "/loop/dio");  // absent while unattached
+    if (dio && (*dio == "0" || *dio == "1")) device.loop_direct_io = *dio == "1" ? 1 : 0;
+    else if (dio) tree.Warn(rel + "/loop/dio", "malformed value \"" + *dio + "\"");
+  }
   if (device.hidden && device.diskseq == 0) {
     tree.Warn(rel, "hidden disk without a usable diskseq, skipped");
     return std::nullopt;
@@ -601,6 +622,17 @@ std::optional<std::string> ParseScheduler(const std::string& content) {
   }
   if (Trim(content) == "none") return std::string("none");
   return std::nullopt;
+}
+
+std::vector<std::string> ParseSchedulerList(const std::string& content) {
+  std::vector<std::string> names;
+  std::istringstream words(content);
+  std::string word;
+  while (words >> word) {
+    if (word.size() >= 2 && word.front() == '[' && word.back() == ']') word = word.substr(1, word.size() - 2);
+    if (!word.empty()) names.push_back(word);
+  }
+  return names;
 }
 
 Topology::Topology(std::vector<BlockDevice> devices, std::vector<std::string>* warnings) {

@@ -37,6 +37,12 @@ struct QueueSettings {
   uint64_t max_sectors_kb = 0;
   uint32_t max_segments = 0;
   int rotational = -1;  // 0 or 1
+  // What the queue findings (findings/queue_findings.h) compare against; not part of Dump().
+  // Every scheduler queue/scheduler lists (built in or loaded), the active one included.
+  std::vector<std::string> available_schedulers;
+  uint64_t max_hw_sectors_kb = 0;  // queue/max_hw_sectors_kb: the driver's limit
+  uint64_t optimal_io_bytes = 0;   // queue/optimal_io_size (0: the device reports none)
+  int hw_queues = -1;              // entries of <disk>/mq/ (request-based disks only)
 };
 
 struct BlockDevice {
@@ -78,6 +84,9 @@ struct BlockDevice {
   std::string multipath_head;
   // For a multipath head: its path disks, sorted. Filled by Topology from the paths.
   std::vector<std::string> multipath_paths;
+  // loop/dio of an attached loop device: 1 in direct I/O mode, 0 buffered, -1 not a loop
+  // device or not attached. Before 6.11 the loop driver itself sets nomerges while buffered.
+  int loop_direct_io = -1;
 };
 
 // An LVM dm name split into its parts, '--' unescaped to '-'.
@@ -98,6 +107,10 @@ std::optional<LvmName> ParseLvmName(const std::string& dm_name,
 // QueueSettings::scheduler. nullopt for content that is neither bracketed nor
 // "none".
 std::optional<std::string> ParseScheduler(const std::string& content);
+
+// Every scheduler named in the content of queue/scheduler, brackets dropped, in file order:
+// "[none] mq-deadline kyber" -> {none, mq-deadline, kyber}. Empty for empty content.
+std::vector<std::string> ParseSchedulerList(const std::string& content);
 
 class Topology {
  public:

@@ -31,5 +31,16 @@
     dashboardTitle: 'mergewatch: block I/O merges',
     dashboardUID: 'mergewatch-block-io',
     rateInterval: '$__rate_interval',
+
+    // Queue findings (findings.libsonnet): a finding (mergewatch_queue_config_finding) held this long opens a
+    // ticket. Settings are applied by udev within seconds of a disk appearing, so a finding that outlives
+    // this is the host's configuration, not a disk mid-setup.
+    queueFindingFor: '10m',
+    // Kernel cohorts (cohorts.libsonnet): a kernel release whose hosts' median p99 read latency on one device
+    // class is at least cohortLatencyRatio times that of the fastest other kernel cohort of the class, both
+    // with at least cohortMinHosts hosts, for cohortFor. The README's "Kernel cohorts" says why these values.
+    cohortMinHosts: 5,
+    cohortLatencyRatio: 3,
+    cohortFor: '30m',
   },
 }

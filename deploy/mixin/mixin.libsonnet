@@ -5,3 +5,5 @@
 + (import 'alerts.libsonnet')
 + (import 'rules.libsonnet')
 + (import 'dashboards.libsonnet')
++ (import 'findings.libsonnet')
++ (import 'cohorts.libsonnet')

@@ -7,12 +7,14 @@ data) and docs/dashboard_picture.py (docs/dashboard.png). Real parts only:
 - mergewatchd watching that loop device with short detector times (its "host");
 - a second mergewatchd reading the seed-lvm-snapshot sysfs fixture (an LVM snapshot on NVMe, as in 2019):
   this host has no device-mapper, so only that daemon can show the stacking (holders, dm/LVM names);
-- Prometheus scraping both every second as job "mergewatch".
+- Prometheus scraping both every second as job "mergewatch", and the first a second time as another host whose
+  kernel label is relabelled (a second kernel cohort for the dashboard's cohort row).
 
 Everything started here is stopped by PID, the loop device detached, in stop().
 """
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -33,6 +35,7 @@ STACKED_SYSFS = os.path.join(REPO, "tests", "fixtures", "sysfs", "seed-lvm-snaps
 POLICY = ["--collapse.require-upper=none", "--collapse.window=5s", "--collapse.raise-after=2s",
           "--collapse.clear-after=4s"]
 RATE_INTERVAL = "10s"  # what $__rate_interval stands for: ten 1 s scrapes
+OTHER_KERNEL = "6.1.0-27-amd64"  # the second kernel cohort's release (a relabelled scrape of the loop daemon)
 
 
 class Failure(Exception):
@@ -116,10 +119,18 @@ class DashboardRun:
         data = os.path.join(self.dir, "prometheus-data")
         os.mkdir(data)
         config = os.path.join(self.dir, "prometheus.yml")
+        # The dashboard's kernel cohort row needs a second kernel: the loop daemon scraped once more as a
+        # second host whose mergewatch_build_info is relabelled with another kernel release.
+        self.cohort_instance = f"{self.loop_instance}-{OTHER_KERNEL}"
         with open(config, "w") as f:
             json.dump({"global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
                        "scrape_configs": [{"job_name": "mergewatch", "static_configs": [
-                           {"targets": [self.loop_instance, self.stacked_instance]}]}]}, f)  # JSON is YAML
+                           {"targets": [self.loop_instance, self.stacked_instance]},
+                           {"targets": [self.loop_instance], "labels": {"instance": self.cohort_instance}}],
+                           "metric_relabel_configs": [{
+                               "source_labels": ["__name__", "instance"],
+                               "regex": f"mergewatch_build_info;{re.escape(self.cohort_instance)}",
+                               "target_label": "kernel", "replacement": OTHER_KERNEL}]}]}, f)  # JSON is YAML
         self.prom = self._start("prometheus", [tool("prometheus"), f"--config.file={config}",
                                                f"--web.listen-address=127.0.0.1:{self.prom_port}",
                                                f"--storage.tsdb.path={data}"])
@@ -128,8 +139,8 @@ class DashboardRun:
 
         def both_up():
             targets = get_json(f"{self.prom_url}/api/v1/targets")["data"]["activeTargets"]
-            return sum(t["health"] == "up" for t in targets) == 2
-        wait_until(both_up, 30, "Prometheus to scrape both daemons", self.diag)
+            return sum(t["health"] == "up" for t in targets) == 3
+        wait_until(both_up, 30, "Prometheus to scrape both daemons (the loop one twice)", self.diag)
         self.start_time = time.time()
         self.fio = self._start("fio", [tool("fio"), "--name=mergewatch-dashboard", f"--filename={self.dev.path}",
                                        "--rw=read", "--bs=4k", "--direct=1", "--ioengine=libaio", "--iodepth=64",

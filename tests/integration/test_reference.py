@@ -99,6 +99,9 @@ def test_every_documented_metric_family_is_exported_live(daemon_factory, loop_de
     live = families_with_samples(d.scrape_text())
     stacked = daemon_factory(f"--path.sysfs={os.path.join(REPO, 'tests', 'fixtures', 'sysfs', 'seed-lvm-snapshot')}")
     live |= families_with_samples(stacked.scrape_text())
+    # LinkedIn's RAID1 members on none with no elevator loaded: the queue findings (issue 26).
+    hdd = daemon_factory(f"--path.sysfs={os.path.join(REPO, 'tests', 'fixtures', 'sysfs', 'md-raid1-hdd')}")
+    live |= families_with_samples(hdd.scrape_text())
     # prometheus_client names counters without their _total suffix.
     live |= {f + "_total" for f in live}
     assert set(VM_ONLY) <= documented, "VM_ONLY names a family the README does not document"

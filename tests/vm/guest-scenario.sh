@@ -477,4 +477,5 @@ for m in snap8 snap16 mpsnap; do mountpoint -q /mnt/$m && umount /mnt/$m; done
 echo 0 > /sys/block/$DISK/queue/nomerges
 umount /mnt/snap /mnt/origin
 [ -z "$DAEMON" ] || [ "${MW_STACKING:-1}" = 0 ] || "$HERE/guest-stacking.sh" || log "stacking checks failed: see stacking/results.txt"
+[ -z "$DAEMON" ] || [ "${MW_STACKING:-1}" = 0 ] || "$HERE/guest-findings.sh" || log "queue findings checks failed: see findings/results.txt"
 log "scenario done"

@@ -23,6 +23,9 @@
 #                          (the guest shows a head nvmeXnY and path disks nvmeXc*nY)
 #     --part-disk          also give the guest a second single-path NVMe disk (serial mwpart01)
 #                          that the scenario partitions, for LVM on a partition
+#     --rotational-disks N also give the guest N emulated 7200 rpm disks (QEMU scsi-hd, serials
+#                          mwrot1..N) on one single-queue virtio-scsi controller: the
+#                          rotational single-queue disks of an HDD host, for the queue findings
 #     --script PATH        run PATH in the guest instead of tests/vm/guest-scenario.sh
 #     --append "WORDS"     add WORDS to the guest kernel's command line (e.g. lockdown=confidentiality)
 #     --no-stacking        skip guest-stacking.sh after the cases (a boot that checks only its cases)
@@ -72,6 +75,7 @@ smp=${MW_VM_SMP:-2}
 mem=${MW_VM_MEM:-2048}
 multipath=${MW_VM_MULTIPATH:-0}
 part_disk=${MW_VM_PART_DISK:-0}
+rotational_disks=${MW_VM_ROTATIONAL_DISKS:-0}
 script=${MW_VM_SCRIPT:-$here/guest-scenario.sh}
 extra_append=${MW_VM_APPEND:-}
 stacking=${MW_VM_STACKING:-1}
@@ -97,6 +101,7 @@ while [ $# -gt 0 ]; do
 	--mem) mem=$2; shift 2 ;;
 	--multipath) multipath=1; shift ;;
 	--part-disk) part_disk=1; shift ;;
+	--rotational-disks) rotational_disks=$2; shift 2 ;;
 	--script) script=$2; shift 2 ;;
 	--append) extra_append=$2; shift 2 ;;
 	--no-stacking) stacking=0; shift ;;
@@ -110,6 +115,7 @@ say() { printf 'run-vm: %s\n' "$*"; }
 die() { printf 'run-vm: ERROR: %s\n' "$*" >&2; exit 2; }
 
 [ "$(id -u)" -eq 0 ] || die "must run as root (the guest reads the host's root over 9p)"
+[[ "$rotational_disks" =~ ^[0-9]$ ]] || die "--rotational-disks '$rotational_disks': a number of disks from 0 to 9"
 [ -f "$vmdir/vm.env" ] || die "$vmdir/vm.env missing: run tests/vm/setup.sh first"
 # shellcheck source=/dev/null
 . "$vmdir/vm.env"
@@ -242,6 +248,18 @@ if [ "$part_disk" = 1 ]; then
 	truncate -s 1G "$partdisk"
 	mpargs+=(-drive "file=$partdisk,if=none,id=pd0,format=raw,cache=unsafe" -device nvme,serial=mwpart01,drive=pd0)
 fi
+rotdisks=()
+if [ "$rotational_disks" -gt 0 ]; then
+	# num_queues=1: one hardware queue per disk, as a SATA HDD has (the kernel then picks mq-deadline
+	# itself when it is built in); QEMU's default is one queue per vCPU.
+	mpargs+=(-device virtio-scsi-pci,id=mwscsi,num_queues=1)
+	for i in $(seq 1 "$rotational_disks"); do
+		rotdisks+=("$(mktemp "$vmdir/rot-XXXXXX.img")")
+		truncate -s 256M "${rotdisks[-1]}"
+		mpargs+=(-drive "file=${rotdisks[-1]},if=none,id=rot$i,format=raw,cache=unsafe"
+			-device scsi-hd,drive=rot$i,bus=mwscsi.0,rotation_rate=7200,serial=mwrot$i)
+	done
+fi
 if [ "$multipath" = 1 ]; then
 	mpdisk=$(mktemp "$vmdir/nvme-mp-XXXXXX.img")
 	truncate -s 1G "$mpdisk"
@@ -263,6 +281,7 @@ cleanup() {
 	rm -f "$disk"
 	[ -z "$mpdisk" ] || rm -f "$mpdisk"
 	[ -z "$partdisk" ] || rm -f "$partdisk"
+	[ "${#rotdisks[@]}" = 0 ] || rm -f "${rotdisks[@]}"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM

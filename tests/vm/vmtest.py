@@ -139,6 +139,7 @@ def scenario_boot():
         try:
             _scenario = (boot(SCENARIO, "--daemon", DAEMON, "--daemon-args", "--web.listen-address=127.0.0.1:9863",
                               "--metrics-url", "http://127.0.0.1:9863/metrics", "--part-disk", "--multipath",
+                              "--rotational-disks", "2",
                               timeout=1200), None)
         except BaseException as e:
             _scenario = (None, f"{type(e).__name__}: {e}")

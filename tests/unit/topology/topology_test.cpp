@@ -100,7 +100,7 @@ TEST_P(TopologyGoldenTest, DumpMatchesGolden) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TopologyGoldenTest,
-                         ::testing::Values("seed-lvm-snapshot", "nvme-partitions", "md-raid1",
+                         ::testing::Values("seed-lvm-snapshot", "nvme-partitions", "md-raid1", "md-raid1-hdd",
                                            "dm-multipath", "loop", "big-minors", "malformed",
                                            "nvme-multipath"),
                          [](const ::testing::TestParamInfo<const char*>& info) {
