@@ -24,13 +24,14 @@ ARCH := $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/' -e 's/pp
 # Run-time libraries (libbpf1, libprometheus-cpp-core1.0, libmicrohttpd12, libgnutls30, libyaml-cpp0.7,
 # libcrypt1, libelf1) come with the -dev packages.
 RUN_PACKAGES := clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config g++ make \
-	prometheus-cpp-dev libmicrohttpd-dev libgnutls28-dev libyaml-cpp-dev libcrypt-dev libcli11-dev
+	prometheus-cpp-dev libmicrohttpd-dev libgnutls28-dev libyaml-cpp-dev libcrypt-dev libcli11-dev \
+	nlohmann-json3-dev libcurl4-openssl-dev
 # The .deb (tests/vm installs it) and the generated monitoring mixin and man page checks.
 PACKAGING_PACKAGES := debhelper dpkg-dev fakeroot lintian jsonnet groff man-db
 TEST_PACKAGES := libgtest-dev \
 	fio curl util-linux python3 python3-pytest python3-prometheus-client prometheus \
 	qemu-system-x86 busybox-static kmod cpio lvm2 mdadm e2fsprogs iproute2 procps gzip \
-	prometheus-alertmanager systemd strace openssl python3-bcrypt $(PACKAGING_PACKAGES)
+	prometheus-alertmanager systemd strace openssl python3-bcrypt tmux $(PACKAGING_PACKAGES)
 DEB_PACKAGES := $(RUN_PACKAGES) $(TEST_PACKAGES)
 
 ifeq ($(V),1)

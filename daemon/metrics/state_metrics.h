@@ -26,6 +26,8 @@ class StateCollector final : public prometheus::Collectable {
  public:
   void Publish(std::shared_ptr<const Topology> topology, std::vector<DiskVerdict> verdicts);
   std::vector<prometheus::MetricFamily> Collect() const override;
+  // The verdicts last published (for /status).
+  std::vector<DiskVerdict> Verdicts() const;
 
  private:
   mutable std::mutex mutex_;
