@@ -58,15 +58,22 @@ DAEMON    := $(BUILD)/mergewatchd
 UNIT_BIN  := $(BUILD)/mergewatch_unit_tests
 BPF_OBJ   := $(BUILD)/mergewatch.bpf.o
 SKEL      := $(BUILD)/mergewatch.skel.h
+# The `mergewatch` command: its pure parts as a library (the unit tests link it too) and a thin main.
+# It shares the daemon's headers only (metrics/metric_names.h, http/status_path.h), no object.
+CLI_SRCS  := $(filter-out cli/main.cpp,$(wildcard cli/*.cpp))
+CLI_OBJS  := $(patsubst cli/%.cpp,$(BUILD)/cliobj/%.o,$(CLI_SRCS))
+CLI_LIB   := $(BUILD)/libmergewatch-cli.a
+CLI       := $(BUILD)/mergewatch
 
 # make deb, make mixin, make dashboard-picture; defines $(DEB), which test-vm needs.
 include mk/package.mk
 
 # pkg-config runs in the sub-make started after `deps`, when the packages are there.
 PKG_LIBS  = $(shell pkg-config --libs prometheus-cpp-core libbpf libmicrohttpd gnutls yaml-cpp libxcrypt) -lelf -lz -lpthread
+CLI_PKG_LIBS = $(shell pkg-config --libs libcurl yaml-cpp)
 CXXFLAGS  ?= -O2 -g
 CXXFLAGS  += -std=c++17 -Wall -Wextra -Werror -MMD -MP
-CPPFLAGS  += -Iinclude -Idaemon -I$(BUILD) -DMERGEWATCH_VERSION='"$(VERSION)"' \
+CPPFLAGS  += -I. -Iinclude -Idaemon -I$(BUILD) -DMERGEWATCH_VERSION='"$(VERSION)"' \
 	-DMERGEWATCH_FIXTURE_DIR='"$(CURDIR)/tests/fixtures"'
 BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Werror \
 	-I$(dir $(VMLINUX_H)) -Iinclude -Ibpf -MMD -MP
@@ -74,15 +81,16 @@ BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Werror \
 CLANG_BPF_SYS_INCLUDES = $(shell $(CLANG) -v -E - </dev/null 2>&1 \
 	| sed -n '/<...> search starts here:/,/End of search list./{ s| \(/.*\)|-idirafter \1|p }')
 
-.PHONY: all build daemon run test test-unit test-privileged test-deploy test-vm install uninstall clean deps \
+.PHONY: all build daemon cli run test test-unit test-privileged test-deploy test-vm install uninstall clean deps \
 	deps-run help test-sanitize test-fuzz deps-reliability
 
 help:
 	@echo 'mergewatch targets:'
 	@echo '  make run             install the run deps, build and run mergewatchd as root (RUN_ARGS="--flag=value ...")'
 	@echo '  make test            install all deps, build, run every test: unit, sanitizers, fuzz, privileged, deploy, VM'
-	@echo '  make all             install the run deps and build $(DAEMON)'
-	@echo '  make build           build $(DAEMON) and the unit tests (no package installs)'
+	@echo '  make all             install the run deps and build $(DAEMON) and $(CLI)'
+	@echo '  make build           build $(DAEMON), $(CLI) and the unit tests (no package installs)'
+	@echo '  make cli             build $(CLI), the on-call command (mergewatch status, mergewatch top)'
 	@echo '  make deb             the Debian package: $(BUILD)/deb/mergewatch_<version>_<arch>.deb, then lintian'
 	@echo '  make mixin           regenerate deploy/prometheus/mergewatch.rules.yml and the Grafana dashboard from deploy/mixin/'
 	@echo '  make dashboard-picture  docs/dashboard.png: the dashboard panels queried from a real Prometheus (root)'
@@ -120,11 +128,13 @@ deps:
 
 # Only the daemon: the unit tests need libgtest-dev, a test dependency.
 all: deps-run
-	@$(MAKE) --no-print-directory daemon
+	@$(MAKE) --no-print-directory daemon cli
 
 daemon: $(DAEMON)
 
-build: $(DAEMON) $(UNIT_BIN)
+cli: $(CLI)
+
+build: $(DAEMON) $(CLI) $(UNIT_BIN)
 
 run: all
 	@if [ "$$(id -u)" != 0 ]; then echo 'make run: mergewatchd loads BPF programs; run as root' >&2; exit 1; fi
@@ -201,6 +211,19 @@ $(BUILD)/obj/unit/%.o: tests/unit/%.cpp | $(BUILD)/obj/unit $(SKEL)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
 
+$(BUILD)/cliobj/%.o: cli/%.cpp
+	$(call msg,CXX,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
+
+$(CLI_LIB): $(CLI_OBJS)
+	$(call msg,AR,$@)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(CLI): $(BUILD)/cliobj/main.o $(CLI_LIB)
+	$(call msg,LINK,$@)
+	$(Q)$(CXX) $(CXXFLAGS) $(LDFLAGS) $^ $(CLI_PKG_LIBS) -o $@
+
 $(LIB): $(LIB_OBJS)
 	$(call msg,AR,$@)
 	$(Q)rm -f $@ && ar rcs $@ $^
@@ -209,9 +232,9 @@ $(DAEMON): $(MAIN_OBJ) $(LIB)
 	$(call msg,LINK,$@)
 	$(Q)$(CXX) $(CXXFLAGS) $(LDFLAGS) $^ $(PKG_LIBS) -o $@
 
-$(UNIT_BIN): $(UNIT_OBJS) $(LIB)
+$(UNIT_BIN): $(UNIT_OBJS) $(LIB) $(CLI_LIB)
 	$(call msg,LINK,$@)
-	$(Q)$(CXX) $(CXXFLAGS) $^ -lgtest -lgtest_main $(PKG_LIBS) -o $@
+	$(Q)$(CXX) $(CXXFLAGS) $^ -lgtest -lgtest_main $(PKG_LIBS) $(CLI_PKG_LIBS) -o $@
 
 # The unit goes where systemd looks for units of this prefix (/usr/local/lib/systemd/system for the
 # default; the Debian package passes UNITDIR=/lib/systemd/system, where bookworm's systemd and lintian
@@ -224,6 +247,7 @@ MANDIR      ?= $(PREFIX)/share/man
 DOCDIR      ?= $(PREFIX)/share/doc/mergewatch
 install: all
 	install -D -m 0755 $(DAEMON) $(DESTDIR)$(PREFIX)/sbin/mergewatchd
+	install -D -m 0755 $(CLI) $(DESTDIR)$(PREFIX)/bin/mergewatch
 	install -d $(DESTDIR)$(UNITDIR)
 	sed -e 's|@SBINDIR@|$(PREFIX)/sbin|g' -e 's|@DOCDIR@|$(DOCDIR)|g' deploy/systemd/mergewatchd.service.in > $(DESTDIR)$(UNITDIR)/mergewatchd.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/mergewatchd.service
@@ -237,14 +261,15 @@ install: all
 	install -D -m 0644 -t $(DESTDIR)$(DATADIR)/systemd deploy/systemd/examples/*.conf
 	install -D -m 0644 deploy/web-config.example.yml $(DESTDIR)$(DATADIR)/web-config.example.yml
 	install -D -m 0644 docs/mergewatchd.8 $(DESTDIR)$(MANDIR)/man8/mergewatchd.8
+	install -D -m 0644 docs/mergewatch.8 $(DESTDIR)$(MANDIR)/man8/mergewatch.8
 	install -D -m 0644 -t $(DESTDIR)$(DOCDIR) README.md docs/runbook.md
 	@if [ -z "$(DESTDIR)" ] && command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then \
 		systemctl daemon-reload; echo 'installed: systemctl enable --now mergewatchd'; fi
 
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/sbin/mergewatchd $(DESTDIR)$(UNITDIR)/mergewatchd.service \
+	rm -f $(DESTDIR)$(PREFIX)/sbin/mergewatchd $(DESTDIR)$(PREFIX)/bin/mergewatch $(DESTDIR)$(UNITDIR)/mergewatchd.service \
 		$(DESTDIR)$(UNITDIR)/mergewatchd.socket
-	rm -f $(DESTDIR)$(MANDIR)/man8/mergewatchd.8
+	rm -f $(DESTDIR)$(MANDIR)/man8/mergewatchd.8 $(DESTDIR)$(MANDIR)/man8/mergewatch.8
 	rm -rf $(DESTDIR)$(DOCDIR)
 	rm -rf $(DESTDIR)$(DATADIR)
 	@echo 'left $(SYSCONFDIR)/default/mergewatchd in place (your flags)'
@@ -255,4 +280,4 @@ clean:
 # Benchmark and reliability targets live in their own files.
 include mk/bench.mk mk/reliability.mk
 
--include $(BUILD)/mergewatch.bpf.d $(wildcard $(BUILD)/obj/*.d $(BUILD)/obj/*/*.d $(BUILD)/obj/unit/*/*.d)
+-include $(BUILD)/mergewatch.bpf.d $(wildcard $(BUILD)/obj/*.d $(BUILD)/obj/*/*.d $(BUILD)/obj/unit/*/*.d $(BUILD)/cliobj/*.d)
