@@ -167,9 +167,9 @@ test-unit: $(UNIT_BIN)
 	$(UNIT_BIN) --gtest_brief=1 --gtest_output=json:$(REPORTS)/unit.json
 
 # As root on a machine with BTF none of these may skip: MERGEWATCH_NO_SKIP turns a skip into a failure.
-test-privileged: $(DAEMON)
+test-privileged: $(DAEMON) $(CLI)
 	@mkdir -p $(REPORTS)
-	MERGEWATCHD=$(CURDIR)/$(DAEMON) MERGEWATCHD_ASAN=$(CURDIR)/$(ASAN_DAEMON) MERGEWATCH_NO_SKIP=$$( [ "$$(id -u)" = 0 ] && echo 1 || echo 0 ) \
+	MERGEWATCHD=$(CURDIR)/$(DAEMON) MERGEWATCH_CLI=$(CURDIR)/$(CLI) MERGEWATCHD_ASAN=$(CURDIR)/$(ASAN_DAEMON) MERGEWATCH_NO_SKIP=$$( [ "$$(id -u)" = 0 ] && echo 1 || echo 0 ) \
 		$(PYTHON) -m pytest -v -rs -p no:cacheprovider --junitxml=$(REPORTS)/privileged.xml tests/integration
 
 # The shipped deploy/ files against the real tools: systemd-analyze, promtool, Prometheus, Alertmanager.
