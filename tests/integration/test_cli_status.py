@@ -276,3 +276,34 @@ def test_top_in_a_terminal_marks_the_collapsing_device_fits_80_columns_and_q_qui
     finally:
         term.kill()
         stop_fio(fio)
+
+
+MAN_PAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "mergewatch.8")
+
+
+def test_man_page_renders_without_warnings_and_lists_the_help_flags_and_defaults():
+    import re
+    r = subprocess.run(["groff", "-ww", "-man", "-Tascii", "-P-cbou", MAN_PAGE], capture_output=True, text=True)
+    assert r.returncode == 0 and not r.stderr.strip(), r.stderr
+    text = r.stdout
+    for section in ("NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "EXIT STATUS", "ENVIRONMENT", "EXAMPLES"):
+        assert f"\n{section}\n" in text, f"man page has no {section} section"
+    env = dict(os.environ, MANWIDTH="80", MAN_KEEP_FORMATTING="0", LC_ALL="C.UTF-8")
+    r = subprocess.run(["man", "--warnings=all", "-l", MAN_PAGE], capture_output=True, text=True, env=env)
+    assert r.returncode == 0 and not r.stderr.strip(), r.stderr
+
+    options = text.split("\nOPTIONS\n", 1)[1].split("\nEXIT STATUS\n", 1)[0]
+    man = {}  # tag lines; a short tag has its text on the same line
+    for m in re.finditer(r"^ {7}(?:-h, )?(--[a-z-]+)(?:=\S+)?(?: \(default: (\S+)\))?(?=$|\s)", options, re.M):
+        man[m.group(1)] = m.group(2) or ""
+    shown = {}
+    for args in (["--help"], ["status", "--help"], ["top", "--help"]):
+        r = mergewatch(*args)
+        assert r.returncode == 0, r.stderr
+        for line in r.stdout.splitlines():
+            m = re.match(r"\s+(?:-h,)?(--[a-z-]+)(.*)", line)
+            if m:
+                default = re.match(r" [A-Z]+=(\S+)", m.group(2))
+                shown[m.group(1)] = default.group(1) if default else ""
+    assert man == shown
+    assert mergewatch("--version").stdout.startswith("mergewatch ")
