@@ -245,7 +245,7 @@ DATADIR     ?= $(PREFIX)/share/mergewatch
 RULESDIR    ?= $(DATADIR)/prometheus
 MANDIR      ?= $(PREFIX)/share/man
 DOCDIR      ?= $(PREFIX)/share/doc/mergewatch
-install: all
+install: all $(CLI)
 	install -D -m 0755 $(DAEMON) $(DESTDIR)$(PREFIX)/sbin/mergewatchd
 	install -D -m 0755 $(CLI) $(DESTDIR)$(PREFIX)/bin/mergewatch
 	install -d $(DESTDIR)$(UNITDIR)

@@ -159,11 +159,16 @@ std::string RenderStatus(const View& view, const std::string& url) {
   if (view.tree.empty()) {
     out += "no block device has I/O data yet\n";
   } else {
-    out += "  " + PadRight("DEVICE", 18) + " " + PadLeft("REQ/S", 7) + " " + PadLeft("REQ SIZE", 8) + " " +
+    // Wide enough for the deepest tree line and its dm name (lsblk shows them whole), 18 at least so
+    // that short names keep the table within 80 columns, 40 at most.
+    size_t name_width = 18;
+    for (const DeviceRow& r : view.tree) name_width = std::max(name_width, Columns(r.tree_prefix + NameOf(r)));
+    name_width = std::min<size_t>(name_width, 40);
+    out += "  " + PadRight("DEVICE", name_width) + " " + PadLeft("REQ/S", 7) + " " + PadLeft("REQ SIZE", 8) + " " +
            PadLeft("BIO SIZE", 8) + " " + PadLeft("MERGED/S", 8) + " " + PadLeft("MISSED/S", 8) + " " +
            PadLeft("P50", 6) + " " + PadLeft("P99", 6) + "\n";
     for (const DeviceRow& r : view.tree) {
-      out += Mark(r) + " " + PadRight(Fit(r.tree_prefix + NameOf(r), 18), 18) + " " +
+      out += Mark(r) + " " + PadRight(Fit(r.tree_prefix + NameOf(r), name_width), name_width) + " " +
              PadLeft(r.request_based ? FormatRate(r.requests_per_second) : "-", 7) + " " +
              PadLeft(r.request_based ? FormatBytes(r.mean_request_bytes) : "-", 8) + " " +
              PadLeft(r.bio_based ? FormatBytes(r.mean_bio_bytes) : "-", 8) + " " +
@@ -184,11 +189,16 @@ std::string RenderStatus(const View& view, const std::string& url) {
     seen.clear();
     for (const DeviceRow& r : view.tree) {
       if (!seen.insert(r.name).second) continue;
-      if (!r.request_sizes.empty()) out += "  " + r.name + " requests: " + Distribution(r.request_sizes) + "\n";
-      if (!r.bio_sizes.empty()) out += "  " + r.name + " bios: " + Distribution(r.bio_sizes) + "\n";
-      // The diskstats source has counts and sums but no buckets: the mean is all there is.
-      if (r.request_sizes.size() == 1 && !std::isfinite(r.request_sizes[0].first))
-        out += "    (no size buckets from this source: mean " + FormatBytes(r.mean_request_bytes) + ")\n";
+      // A source without buckets (diskstats: only +Inf) has counts and sums: the mean is all there is.
+      const auto sizes = [&out, &r](const char* what, const std::vector<std::pair<double, double>>& shares, double mean) {
+        if (shares.empty()) return;
+        const bool bucketless = shares.size() == 1 && !std::isfinite(shares[0].first);
+        out += "  " + r.name + " " + what + ": " +
+               (bucketless ? "mean " + FormatBytes(mean) + " (this source has no size buckets)" : Distribution(shares)) +
+               "\n";
+      };
+      sizes("requests", r.request_sizes, r.mean_request_bytes);
+      sizes("bios", r.bio_sizes, r.mean_bio_bytes);
     }
   }
 

@@ -240,6 +240,30 @@ TEST(Render, StatusNamesTheDeviceCollapseQueueSettingsAndRemedy) {
             std::string::npos);
 }
 
+// The diskstats source (issue 23) has histograms with only the +Inf bucket: the host is shown
+// with what it has, means and no percentiles, never a made-up distribution.
+TEST(Render, ASourceWithoutBucketsShowsMeansAndNoPercentiles) {
+  const auto scrape = [](double requests) {
+    return "mergewatch_build_info{version=\"1\",kernel=\"k\"} 1\n"
+           "mergewatch_device_info{device=\"sda\",kind=\"scsi\",disk=\"sda\",dm_name=\"\"} 1\n"
+           "mergewatch_request_size_bytes_bucket{device=\"sda\",op=\"read\",le=\"+Inf\"} " + std::to_string(requests) + "\n"
+           "mergewatch_request_size_bytes_sum{device=\"sda\",op=\"read\"} " + std::to_string(requests * 8192) + "\n"
+           "mergewatch_request_size_bytes_count{device=\"sda\",op=\"read\"} " + std::to_string(requests) + "\n"
+           "mergewatch_request_latency_seconds_bucket{device=\"sda\",op=\"read\",le=\"+Inf\"} " + std::to_string(requests) + "\n"
+           "mergewatch_request_latency_seconds_count{device=\"sda\",op=\"read\"} " + std::to_string(requests) + "\n";
+  };
+  StatusDoc none;
+  none.served = true;
+  const View view = BuildView(ReadScrape(Parse(scrape(100))), ReadScrape(Parse(scrape(300))), 2, none, false);
+  ASSERT_EQ(view.tree.size(), 1u);
+  EXPECT_DOUBLE_EQ(view.tree[0].requests_per_second, 100);
+  EXPECT_DOUBLE_EQ(view.tree[0].mean_request_bytes, 8192);
+  EXPECT_TRUE(std::isnan(view.tree[0].latency_p99_seconds));
+  const std::string text = RenderStatus(view, "u");
+  EXPECT_NE(text.find("  sda requests: mean 8K (this source has no size buckets)"), std::string::npos) << text;
+  EXPECT_EQ(text.find("larger"), std::string::npos) << text;
+}
+
 TEST(Render, JsonCarriesRawCountersBesideTheRates) {
   const nlohmann::json doc = nlohmann::json::parse(RenderJson(TwoScrapes(CollapsedStatus()), "u", 1));
   EXPECT_EQ(doc["exit_status"], 1);
