@@ -24,13 +24,14 @@ ARCH := $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/' -e 's/pp
 # Run-time libraries (libbpf1, libprometheus-cpp-core1.0, libmicrohttpd12, libgnutls30, libyaml-cpp0.7,
 # libcrypt1, libelf1) come with the -dev packages.
 RUN_PACKAGES := clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config g++ make \
-	prometheus-cpp-dev libmicrohttpd-dev libgnutls28-dev libyaml-cpp-dev libcrypt-dev libcli11-dev
+	prometheus-cpp-dev libmicrohttpd-dev libgnutls28-dev libyaml-cpp-dev libcrypt-dev libcli11-dev \
+	nlohmann-json3-dev libcurl4-openssl-dev
 # The .deb (tests/vm installs it) and the generated monitoring mixin and man page checks.
 PACKAGING_PACKAGES := debhelper dpkg-dev fakeroot lintian jsonnet groff man-db
 TEST_PACKAGES := libgtest-dev \
 	fio curl util-linux python3 python3-pytest python3-prometheus-client prometheus \
 	qemu-system-x86 busybox-static kmod cpio lvm2 mdadm e2fsprogs iproute2 procps gzip \
-	prometheus-alertmanager systemd strace openssl python3-bcrypt $(PACKAGING_PACKAGES)
+	prometheus-alertmanager systemd strace openssl python3-bcrypt tmux $(PACKAGING_PACKAGES)
 DEB_PACKAGES := $(RUN_PACKAGES) $(TEST_PACKAGES)
 
 ifeq ($(V),1)
@@ -57,15 +58,22 @@ DAEMON    := $(BUILD)/mergewatchd
 UNIT_BIN  := $(BUILD)/mergewatch_unit_tests
 BPF_OBJ   := $(BUILD)/mergewatch.bpf.o
 SKEL      := $(BUILD)/mergewatch.skel.h
+# The `mergewatch` command: its pure parts as a library (the unit tests link it too) and a thin main.
+# It shares the daemon's headers only (metrics/metric_names.h, http/status_path.h), no object.
+CLI_SRCS  := $(filter-out cli/main.cpp,$(wildcard cli/*.cpp))
+CLI_OBJS  := $(patsubst cli/%.cpp,$(BUILD)/cliobj/%.o,$(CLI_SRCS))
+CLI_LIB   := $(BUILD)/libmergewatch-cli.a
+CLI       := $(BUILD)/mergewatch
 
 # make deb, make mixin, make dashboard-picture; defines $(DEB), which test-vm needs.
 include mk/package.mk
 
 # pkg-config runs in the sub-make started after `deps`, when the packages are there.
 PKG_LIBS  = $(shell pkg-config --libs prometheus-cpp-core libbpf libmicrohttpd gnutls yaml-cpp libxcrypt) -lelf -lz -lpthread
+CLI_PKG_LIBS = $(shell pkg-config --libs libcurl yaml-cpp)
 CXXFLAGS  ?= -O2 -g
 CXXFLAGS  += -std=c++17 -Wall -Wextra -Werror -MMD -MP
-CPPFLAGS  += -Iinclude -Idaemon -I$(BUILD) -DMERGEWATCH_VERSION='"$(VERSION)"' \
+CPPFLAGS  += -I. -Iinclude -Idaemon -I$(BUILD) -DMERGEWATCH_VERSION='"$(VERSION)"' \
 	-DMERGEWATCH_FIXTURE_DIR='"$(CURDIR)/tests/fixtures"'
 BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Werror \
 	-I$(dir $(VMLINUX_H)) -Iinclude -Ibpf -MMD -MP
@@ -73,15 +81,16 @@ BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Werror \
 CLANG_BPF_SYS_INCLUDES = $(shell $(CLANG) -v -E - </dev/null 2>&1 \
 	| sed -n '/<...> search starts here:/,/End of search list./{ s| \(/.*\)|-idirafter \1|p }')
 
-.PHONY: all build daemon run test test-unit test-privileged test-deploy test-vm install uninstall clean deps \
+.PHONY: all build daemon cli run test test-unit test-privileged test-deploy test-vm install uninstall clean deps \
 	deps-run help test-sanitize test-fuzz deps-reliability
 
 help:
 	@echo 'mergewatch targets:'
 	@echo '  make run             install the run deps, build and run mergewatchd as root (RUN_ARGS="--flag=value ...")'
 	@echo '  make test            install all deps, build, run every test: unit, sanitizers, fuzz, privileged, deploy, VM'
-	@echo '  make all             install the run deps and build $(DAEMON)'
-	@echo '  make build           build $(DAEMON) and the unit tests (no package installs)'
+	@echo '  make all             install the run deps and build $(DAEMON) and $(CLI)'
+	@echo '  make build           build $(DAEMON), $(CLI) and the unit tests (no package installs)'
+	@echo '  make cli             build $(CLI), the on-call command (mergewatch status, mergewatch top)'
 	@echo '  make deb             the Debian package: $(BUILD)/deb/mergewatch_<version>_<arch>.deb, then lintian'
 	@echo '  make mixin           regenerate deploy/prometheus/mergewatch.rules.yml and the Grafana dashboard from deploy/mixin/'
 	@echo '  make dashboard-picture  docs/dashboard.png: the dashboard panels queried from a real Prometheus (root)'
@@ -119,11 +128,13 @@ deps:
 
 # Only the daemon: the unit tests need libgtest-dev, a test dependency.
 all: deps-run
-	@$(MAKE) --no-print-directory daemon
+	@$(MAKE) --no-print-directory daemon cli
 
 daemon: $(DAEMON)
 
-build: $(DAEMON) $(UNIT_BIN)
+cli: $(CLI)
+
+build: $(DAEMON) $(CLI) $(UNIT_BIN)
 
 run: all
 	@if [ "$$(id -u)" != 0 ]; then echo 'make run: mergewatchd loads BPF programs; run as root' >&2; exit 1; fi
@@ -156,9 +167,9 @@ test-unit: $(UNIT_BIN)
 	$(UNIT_BIN) --gtest_brief=1 --gtest_output=json:$(REPORTS)/unit.json
 
 # As root on a machine with BTF none of these may skip: MERGEWATCH_NO_SKIP turns a skip into a failure.
-test-privileged: $(DAEMON)
+test-privileged: $(DAEMON) $(CLI)
 	@mkdir -p $(REPORTS)
-	MERGEWATCHD=$(CURDIR)/$(DAEMON) MERGEWATCHD_ASAN=$(CURDIR)/$(ASAN_DAEMON) MERGEWATCH_NO_SKIP=$$( [ "$$(id -u)" = 0 ] && echo 1 || echo 0 ) \
+	MERGEWATCHD=$(CURDIR)/$(DAEMON) MERGEWATCH_CLI=$(CURDIR)/$(CLI) MERGEWATCHD_ASAN=$(CURDIR)/$(ASAN_DAEMON) MERGEWATCH_NO_SKIP=$$( [ "$$(id -u)" = 0 ] && echo 1 || echo 0 ) \
 		$(PYTHON) -m pytest -v -rs -p no:cacheprovider --junitxml=$(REPORTS)/privileged.xml tests/integration
 
 # The shipped deploy/ files against the real tools: systemd-analyze, promtool, Prometheus, Alertmanager.
@@ -217,6 +228,19 @@ $(BUILD)/obj/unit/%.o: tests/unit/%.cpp | $(BUILD)/obj/unit $(SKEL)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
 
+$(BUILD)/cliobj/%.o: cli/%.cpp
+	$(call msg,CXX,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
+
+$(CLI_LIB): $(CLI_OBJS)
+	$(call msg,AR,$@)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(CLI): $(BUILD)/cliobj/main.o $(CLI_LIB)
+	$(call msg,LINK,$@)
+	$(Q)$(CXX) $(CXXFLAGS) $(LDFLAGS) $^ $(CLI_PKG_LIBS) -o $@
+
 $(LIB): $(LIB_OBJS)
 	$(call msg,AR,$@)
 	$(Q)rm -f $@ && ar rcs $@ $^
@@ -225,9 +249,9 @@ $(DAEMON): $(MAIN_OBJ) $(LIB)
 	$(call msg,LINK,$@)
 	$(Q)$(CXX) $(CXXFLAGS) $(LDFLAGS) $^ $(PKG_LIBS) -o $@
 
-$(UNIT_BIN): $(UNIT_OBJS) $(LIB)
+$(UNIT_BIN): $(UNIT_OBJS) $(LIB) $(CLI_LIB)
 	$(call msg,LINK,$@)
-	$(Q)$(CXX) $(CXXFLAGS) $^ -lgtest -lgtest_main $(PKG_LIBS) -o $@
+	$(Q)$(CXX) $(CXXFLAGS) $^ -lgtest -lgtest_main $(PKG_LIBS) $(CLI_PKG_LIBS) -o $@
 
 # The unit goes where systemd looks for units of this prefix (/usr/local/lib/systemd/system for the
 # default; the Debian package passes UNITDIR=/lib/systemd/system, where bookworm's systemd and lintian
@@ -238,8 +262,9 @@ DATADIR     ?= $(PREFIX)/share/mergewatch
 RULESDIR    ?= $(DATADIR)/prometheus
 MANDIR      ?= $(PREFIX)/share/man
 DOCDIR      ?= $(PREFIX)/share/doc/mergewatch
-install: all
+install: all $(CLI)
 	install -D -m 0755 $(DAEMON) $(DESTDIR)$(PREFIX)/sbin/mergewatchd
+	install -D -m 0755 $(CLI) $(DESTDIR)$(PREFIX)/bin/mergewatch
 	install -d $(DESTDIR)$(UNITDIR)
 	sed -e 's|@SBINDIR@|$(PREFIX)/sbin|g' -e 's|@DOCDIR@|$(DOCDIR)|g' deploy/systemd/mergewatchd.service.in > $(DESTDIR)$(UNITDIR)/mergewatchd.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/mergewatchd.service
@@ -253,14 +278,15 @@ install: all
 	install -D -m 0644 -t $(DESTDIR)$(DATADIR)/systemd deploy/systemd/examples/*.conf
 	install -D -m 0644 deploy/web-config.example.yml $(DESTDIR)$(DATADIR)/web-config.example.yml
 	install -D -m 0644 docs/mergewatchd.8 $(DESTDIR)$(MANDIR)/man8/mergewatchd.8
+	install -D -m 0644 docs/mergewatch.8 $(DESTDIR)$(MANDIR)/man8/mergewatch.8
 	install -D -m 0644 -t $(DESTDIR)$(DOCDIR) README.md docs/runbook.md
 	@if [ -z "$(DESTDIR)" ] && command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then \
 		systemctl daemon-reload; echo 'installed: systemctl enable --now mergewatchd'; fi
 
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/sbin/mergewatchd $(DESTDIR)$(UNITDIR)/mergewatchd.service \
+	rm -f $(DESTDIR)$(PREFIX)/sbin/mergewatchd $(DESTDIR)$(PREFIX)/bin/mergewatch $(DESTDIR)$(UNITDIR)/mergewatchd.service \
 		$(DESTDIR)$(UNITDIR)/mergewatchd.socket
-	rm -f $(DESTDIR)$(MANDIR)/man8/mergewatchd.8
+	rm -f $(DESTDIR)$(MANDIR)/man8/mergewatchd.8 $(DESTDIR)$(MANDIR)/man8/mergewatch.8
 	rm -rf $(DESTDIR)$(DOCDIR)
 	rm -rf $(DESTDIR)$(DATADIR)
 	@echo 'left $(SYSCONFDIR)/default/mergewatchd in place (your flags)'
@@ -271,4 +297,4 @@ clean:
 # Benchmark and reliability targets live in their own files.
 include mk/bench.mk mk/reliability.mk
 
--include $(BUILD)/mergewatch.bpf.d $(wildcard $(BUILD)/obj/*.d $(BUILD)/obj/*/*.d $(BUILD)/obj/unit/*/*.d)
+-include $(BUILD)/mergewatch.bpf.d $(wildcard $(BUILD)/obj/*.d $(BUILD)/obj/*/*.d $(BUILD)/obj/unit/*/*.d $(BUILD)/cliobj/*.d)

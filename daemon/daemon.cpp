@@ -29,6 +29,8 @@
 #include "exit_codes.h"
 #include "metrics/exporter.h"
 #include "http/http_server.h"
+#include "http/status_json.h"
+#include "http/status_path.h"
 #include "metrics/exposition.h"
 #include "http/listen.h"
 #include "log.h"
@@ -537,6 +539,7 @@ int RunDaemon(const Config& config) {
   if (sources.bpf) TraceBioLevelWhereNeeded(*topology.current(), sources.bpf.get());
   CollapseDetector detector(config.collapse);
   state->Publish(topology.current(), detector.Verdicts());
+  http.status = [state] { return StatusJson({VersionString(), state->Verdicts(), state->Findings()}); };
 
   // Declared after everything a scrape reads (probes, namer, collectors): on every way out of
   // this function, return or exception, the server is destroyed first, and its destructor
@@ -549,7 +552,8 @@ int RunDaemon(const Config& config) {
     return kExitListen;
   }
   LogInfo("listening on " + listen_names + (http.web.tls() ? " (TLS)" : "") +
-          (http.web.users.empty() ? "" : " (basic auth)") + ", metrics at " + config.telemetry_path);
+          (http.web.users.empty() ? "" : " (basic auth)") + ", metrics at " + config.telemetry_path +
+          ", detector status at " + StatusPathFor(config.telemetry_path));
 
   std::string ready_status =
       "serving " + config.telemetry_path + " on " + listen_names + ", " +

@@ -28,6 +28,7 @@ ASAN_DIR       := $(BUILD)/asan
 ASAN_LIB_OBJS  := $(patsubst daemon/%.cpp,$(ASAN_DIR)/obj/%.o,$(LIB_SRCS))
 ASAN_UNIT_OBJS := $(patsubst tests/unit/%.cpp,$(ASAN_DIR)/obj/unit/%.o,$(UNIT_SRCS))
 ASAN_UNIT_BIN  := $(ASAN_DIR)/mergewatch_unit_tests
+ASAN_CLI_OBJS  := $(patsubst cli/%.cpp,$(ASAN_DIR)/cliobj/%.o,$(CLI_SRCS))
 # The daemon itself under ASan+UBSan, for the privileged test of its error exit path with scrapes in
 # flight (tests/integration/test_endpoint.py); make test-privileged builds it.
 ASAN_DAEMON    := $(ASAN_DIR)/mergewatchd
@@ -69,9 +70,14 @@ $(ASAN_DIR)/obj/unit/%.o: tests/unit/%.cpp | $(ASAN_DIR)/obj/unit $(SKEL)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CXX) $(CPPFLAGS) $(CXXFLAGS) $(SANITIZE_FLAGS) $(SANITIZE_WARN) -c $< -o $@
 
-$(ASAN_UNIT_BIN): $(ASAN_UNIT_OBJS) $(ASAN_LIB_OBJS)
+$(ASAN_DIR)/cliobj/%.o: cli/%.cpp
+	$(call msg,CXX-ASAN,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CXX) $(CPPFLAGS) $(CXXFLAGS) $(SANITIZE_FLAGS) $(SANITIZE_WARN) -c $< -o $@
+
+$(ASAN_UNIT_BIN): $(ASAN_UNIT_OBJS) $(ASAN_LIB_OBJS) $(ASAN_CLI_OBJS)
 	$(call msg,LINK,$@)
-	$(Q)$(CXX) $(CXXFLAGS) $(SANITIZE_FLAGS) $^ -lgtest -lgtest_main $(PKG_LIBS) -o $@
+	$(Q)$(CXX) $(CXXFLAGS) $(SANITIZE_FLAGS) $^ -lgtest -lgtest_main $(PKG_LIBS) $(CLI_PKG_LIBS) -o $@
 
 test-privileged: $(ASAN_DAEMON)
 
@@ -110,4 +116,4 @@ $(FUZZ_BIN): $(FUZZ_DIR)/obj/topology_fuzz.o $(FUZZ_LIB)
 	$(Q)$(FUZZ_CXX) $(CXXFLAGS) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $^ \
 		$(PKG_LIBS) -o $@
 
--include $(wildcard $(ASAN_DIR)/obj/*.d $(ASAN_DIR)/obj/*/*.d $(ASAN_DIR)/obj/unit/*/*.d $(FUZZ_DIR)/obj/*.d $(FUZZ_DIR)/obj/*/*.d)
+-include $(wildcard $(ASAN_DIR)/cliobj/*.d $(ASAN_DIR)/obj/*.d $(ASAN_DIR)/obj/*/*.d $(ASAN_DIR)/obj/unit/*/*.d $(FUZZ_DIR)/obj/*.d $(FUZZ_DIR)/obj/*/*.d)

@@ -163,6 +163,7 @@ std::vector<CollapseEvent> CollapseDetector::Update(TimePoint now, const Snapsho
         }
       }
     }
+    state.diagnosis = state.condition || state.raised ? Diagnose(name, state.evidence, topology) : Diagnosis{};
     next[name] = state;
   }
   // A disk that disappeared takes its state with it: nothing stays raised for a ghost.
@@ -273,8 +274,8 @@ bool CollapseDetector::Condition(const CollapseEvidence& e) const {
   return e.upper_mean_bio_bytes == 0 || upper_is_larger;
 }
 
-std::string CollapseDetector::Describe(bool onset, const std::string& disk, const CollapseEvidence& e,
-                                       const Topology& topology) const {
+CollapseDetector::Diagnosis CollapseDetector::Diagnose(const std::string& disk, const CollapseEvidence& e,
+                                                      const Topology& topology) const {
   const BlockDevice* device = topology.FindByName(disk);
   int nomerges = device != nullptr ? device->queue.nomerges : -1;
   // A native NVMe multipath head is bio-based: merging happens in its path disks' queues,
@@ -314,10 +315,6 @@ std::string CollapseDetector::Describe(bool onset, const std::string& disk, cons
     queue_names += (queue_names.empty() ? "" : ",") + q;
     nomerges_path += (nomerges_path.empty() ? "" : " ") + ("/sys/block/" + q + "/queue/nomerges");
   }
-  if (!onset) {
-    return "merge collapse cleared on " + where + ": " + evidence + "; nomerges=" + std::to_string(nomerges) +
-           " on " + queue_names;
-  }
   std::string cause, remedy;
   if (nomerges == 2) {
     cause = "nomerges=2 on " + queue_names + " (the block layer attempts no merge at all)";
@@ -331,13 +328,21 @@ std::string CollapseDetector::Describe(bool onset, const std::string& disk, cons
     cause = "could not read " + nomerges_path;
     remedy = "check " + nomerges_path;
   }
-  return "merge collapse on " + where + ": " + evidence + ". Cause: " + cause + ". Remedy: " + remedy;
+  return {where, evidence, cause, remedy, "; nomerges=" + std::to_string(nomerges) + " on " + queue_names};
+}
+
+std::string CollapseDetector::Describe(bool onset, const std::string& disk, const CollapseEvidence& e,
+                                       const Topology& topology) const {
+  const Diagnosis d = Diagnose(disk, e, topology);
+  if (!onset) return "merge collapse cleared on " + d.where + ": " + d.evidence + d.cleared_suffix;
+  return "merge collapse on " + d.where + ": " + d.evidence + ". Cause: " + d.cause + ". Remedy: " + d.remedy;
 }
 
 std::vector<DiskVerdict> CollapseDetector::Verdicts() const {
   std::vector<DiskVerdict> out;
   for (const auto& [name, state] : disks_)
-    out.push_back({name, state.condition, state.raised, state.upper, state.evidence});
+    out.push_back({name, state.condition, state.raised, state.upper, state.evidence, state.diagnosis.evidence,
+                   state.diagnosis.cause, state.diagnosis.remedy});
   return out;
 }
 

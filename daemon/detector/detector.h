@@ -92,6 +92,12 @@ struct DiskVerdict {
   bool raised = false;     // after hysteresis: what the alert shows
   std::string upper;       // the alert's upper label: fixed while raised
   CollapseEvidence evidence;
+  // While the condition holds or the alert is raised: the words of the onset log line (the
+  // evidence sentence, its cause and its remedy), so /status and `mergewatch` say the same.
+  // Empty otherwise.
+  std::string evidence_text;
+  std::string cause;
+  std::string remedy;
 };
 
 // One onset or clear, with a line a person can act on.
@@ -114,6 +120,10 @@ class CollapseDetector {
   const CollapsePolicy& policy() const { return policy_; }
 
  private:
+  // The parts of the onset line: where (disk, upper, multipath paths), the evidence, cause, remedy.
+  struct Diagnosis {
+    std::string where, evidence, cause, remedy, cleared_suffix;
+  };
   struct Totals {  // cumulative, read and write summed
     uint64_t requests = 0, small_requests = 0, request_bytes = 0, missed = 0, back_merges = 0, merges = 0;
     uint64_t runs = 0, run_bytes = 0;
@@ -133,12 +143,14 @@ class CollapseDetector {
     bool has_healthy_since = false;
     std::string upper;
     CollapseEvidence evidence;
+    Diagnosis diagnosis;  // filled while condition or raised
   };
 
   bool IsCandidate(const BlockDevice& device) const;
   CollapseEvidence Evaluate(const std::string& disk, const Totals& delta, double seconds,
                             const std::map<std::string, Totals>& deltas, const Topology& topology) const;
   bool Condition(const CollapseEvidence& e) const;
+  Diagnosis Diagnose(const std::string& disk, const CollapseEvidence& e, const Topology& topology) const;
   std::string Describe(bool onset, const std::string& disk, const CollapseEvidence& e,
                        const Topology& topology) const;
 

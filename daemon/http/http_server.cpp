@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "http/listen.h"
+#include "http/status_path.h"
 #include "log.h"
 
 namespace mergewatch {
@@ -402,6 +403,8 @@ int HttpServer::Handle(MHD_Connection* connection, const char* url, const char* 
     return result;
   }
   if (path == "/") return Send(connection, MHD_HTTP_OK, landing_page_, "text/html; charset=utf-8");
+  if (options_.status && path == StatusPathFor(options_.telemetry_path))
+    return Send(connection, MHD_HTTP_OK, options_.status(), "application/json");
   if (path != options_.telemetry_path) return Send(connection, MHD_HTTP_NOT_FOUND, "404 page not found\n");
 
   std::string body = scrape_();

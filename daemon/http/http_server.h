@@ -37,6 +37,9 @@ struct HttpLimits {
 
 struct HttpOptions {
   std::string telemetry_path = "/metrics";
+  // When set: the detector's state as JSON at StatusPathFor(telemetry_path) (status_path.h),
+  // behind the same TLS and auth as the metrics. Must not throw.
+  std::function<std::string()> status;
   WebConfig web;
   WebSecrets secrets;
   HttpLimits limits;

@@ -6,6 +6,7 @@
 #include <tuple>
 #include <utility>
 
+#include "metrics/metric_names.h"
 #include "topology/block_ids.h"
 #include "log.h"
 
@@ -114,26 +115,26 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
     AccumulateStats(stats, &it->second);
   }
 
-  MetricFamily size = Family("mergewatch_request_size_bytes",
+  MetricFamily size = Family(metric_names::kRequestSizeBytes,
                              "Size of each request dispatched to the driver (block_rq_issue).",
                              MetricType::Histogram);
   if (snapshot.reduced)
     size.help = "Requests completed and their bytes (diskstats: count and sum exact, per-request sizes unseen, so "
                 "only le=\"+Inf\").";
-  MetricFamily latency = Family("mergewatch_request_latency_seconds",
+  MetricFamily latency = Family(metric_names::kRequestLatencySeconds,
                                 "Device time of each request, from dispatch (block_rq_issue) to its final completion.",
                                 MetricType::Histogram);
   MetricFamily queue_latency =
       Family("mergewatch_request_queue_latency_seconds",
              "Time from scheduler insert (block_rq_insert) to dispatch; only requests that were inserted.",
              MetricType::Histogram);
-  MetricFamily bio_size = Family("mergewatch_bio_size_bytes",
+  MetricFamily bio_size = Family(metric_names::kBioSizeBytes,
                                  "Size of each bio a bio-based device (dm, md) received (block_bio_queue).",
                                  MetricType::Histogram);
-  MetricFamily merges = Family("mergewatch_bio_merges_total",
+  MetricFamily merges = Family(metric_names::kBioMergesTotal,
                                "Bios merged into an existing request (block_bio_backmerge/frontmerge).",
                                MetricType::Counter);
-  MetricFamily missed = Family("mergewatch_missed_merges_total",
+  MetricFamily missed = Family(metric_names::kMissedMergesTotal,
                                "New requests for bios the kernel could have back-merged and did not: contiguous with the "
                                "newest request of the same queue in the submitting task's plug, or with a request in the "
                                "I/O scheduler, and mergeable by the kernel's rules (flags, cgroup, priority, limits).",
@@ -235,7 +236,7 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
     remapped_missed.metric.push_back(CounterValue(l, static_cast<double>(stats.missed_merges)));
   }
 
-  MetricFamily build = Family("mergewatch_build_info", "Version of mergewatchd and the kernel it runs on.",
+  MetricFamily build = Family(metric_names::kBuildInfo, "Version of mergewatchd and the kernel it runs on.",
                               MetricType::Gauge);
   build.metric.push_back(GaugeValue({{"version", status.version}, {"kernel", status.kernel_release}}, 1));
 

@@ -5,6 +5,8 @@
 #include <initializer_list>
 #include <utility>
 
+#include "metrics/metric_names.h"
+
 namespace mergewatch {
 namespace {
 
@@ -38,18 +40,18 @@ std::vector<MetricFamily> Moved(std::initializer_list<MetricFamily*> families) {
 }  // namespace
 
 std::vector<MetricFamily> TopologyFamilies(const Topology& topology) {
-  MetricFamily info = GaugeFamily("mergewatch_device_info",
+  MetricFamily info = GaugeFamily(metric_names::kDeviceInfo,
                                   "Block device from sysfs: kind (nvme, scsi, virtio, loop, dm, md, other), whole "
                                   "disk, dm name and LVM volume group/volume/layer where present. Always 1.");
-  MetricFamily holders = GaugeFamily("mergewatch_device_holder_info",
+  MetricFamily holders = GaugeFamily(metric_names::kDeviceHolderInfo,
                                      "Stacking edge: holder is built on device (sysfs holders/). Always 1.");
-  MetricFamily nomerges = GaugeFamily("mergewatch_queue_nomerges",
+  MetricFamily nomerges = GaugeFamily(metric_names::kQueueNomerges,
                                       "queue/nomerges: 0 all merges, 1 simple merges only, 2 no merging at all.");
-  MetricFamily max_sectors = GaugeFamily("mergewatch_queue_max_sectors_bytes",
+  MetricFamily max_sectors = GaugeFamily(metric_names::kQueueMaxSectorsBytes,
                                          "queue/max_sectors_kb in bytes: the largest request merging may build.");
   MetricFamily max_segments = GaugeFamily("mergewatch_queue_max_segments", "queue/max_segments.");
-  MetricFamily rotational = GaugeFamily("mergewatch_queue_rotational", "queue/rotational: 1 for spinning disks.");
-  MetricFamily scheduler = GaugeFamily("mergewatch_queue_scheduler_info", "The active I/O scheduler. Always 1.");
+  MetricFamily rotational = GaugeFamily(metric_names::kQueueRotational, "queue/rotational: 1 for spinning disks.");
+  MetricFamily scheduler = GaugeFamily(metric_names::kQueueSchedulerInfo, "The active I/O scheduler. Always 1.");
   MetricFamily elevators = GaugeFamily("mergewatch_queue_schedulers_available",
                                        "Schedulers queue/scheduler lists other than none (built in or loaded): 0 means "
                                        "no elevator can be chosen without loading a module.");
@@ -102,7 +104,7 @@ std::vector<MetricFamily> FindingFamilies(const std::vector<QueueFinding>& findi
 
 std::vector<MetricFamily> CollapseFamilies(const std::vector<DiskVerdict>& verdicts) {
   MetricFamily collapse = GaugeFamily(
-      "mergewatch_merge_collapse",
+      metric_names::kMergeCollapse,
       "1 while the disk dispatches small requests one by one that could have been merged (after "
       "--collapse.raise-after), 0 otherwise. upper is the stacked device the disk's requests came from "
       "(block_bio_remap), else the one with the largest bios, or empty.");
@@ -155,6 +157,16 @@ void StateCollector::Publish(std::shared_ptr<const Topology> topology, std::vect
   std::lock_guard<std::mutex> lock(mutex_);
   topology_ = std::move(topology);
   verdicts_ = std::move(verdicts);
+}
+
+std::vector<DiskVerdict> StateCollector::Verdicts() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return verdicts_;
+}
+
+std::vector<QueueFinding> StateCollector::Findings() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return findings_;
 }
 
 std::vector<MetricFamily> StateCollector::Collect() const {

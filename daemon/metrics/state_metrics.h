@@ -32,6 +32,10 @@ class StateCollector final : public prometheus::Collectable {
   // The findings of the latest topology scan (published by the scan, not by every tick).
   void PublishFindings(std::vector<QueueFinding> findings);
   std::vector<prometheus::MetricFamily> Collect() const override;
+  // The verdicts last published (for /status).
+  std::vector<DiskVerdict> Verdicts() const;
+  // The findings last published (for /status).
+  std::vector<QueueFinding> Findings() const;
 
  private:
   mutable std::mutex mutex_;

@@ -90,7 +90,8 @@ def test_make_install_ships_the_generated_files(workdir):
         assert f.read() == jsonnet("-S", "rules.jsonnet")
     with open(os.path.join(share, "grafana/mergewatch.json")) as f:
         assert f.read() == jsonnet("dashboard.jsonnet")
-    for path in ("usr/sbin/mergewatchd", "lib/systemd/system/mergewatchd.service", "etc/default/mergewatchd",
+    for path in ("usr/sbin/mergewatchd", "usr/bin/mergewatch", "usr/share/man/man8/mergewatch.8",
+                 "lib/systemd/system/mergewatchd.service", "etc/default/mergewatchd",
                  "usr/share/man/man8/mergewatchd.8", "usr/share/doc/mergewatch/runbook.md",
                  "usr/share/doc/mergewatch/README.md", "usr/share/mergewatch/mixin/mixin.libsonnet",
                  "usr/share/mergewatch/mixin/config.libsonnet", "usr/share/mergewatch/systemd/pre-5.8-kernel.conf",

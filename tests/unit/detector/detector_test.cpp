@@ -155,6 +155,25 @@ TEST(CollapseDetector, RaisesAfterTheRaiseTimeAndClearsAfterTheClearTime) {
   EXPECT_EQ(cleared_at + 1, 10u);
 }
 
+// The verdict carries the onset line's own words (for /status and `mergewatch`): its evidence,
+// cause and remedy are exactly the parts the line is made of, and empty once healthy.
+TEST(CollapseDetector, TheVerdictCarriesTheOnsetLinesEvidenceCauseAndRemedy) {
+  Feeder f = LoopFeeder();
+  f.Run(3, kCollapsed);
+  std::vector<CollapseEvent> events = f.Run(2, kCollapsed);
+  ASSERT_EQ(events.size(), 1u);
+  const DiskVerdict v = f.Verdict();
+  EXPECT_EQ(v.cause, "nomerges=2 on loop0 (the block layer attempts no merge at all)");
+  EXPECT_EQ(v.remedy, "echo 0 > /sys/block/loop0/queue/nomerges");
+  EXPECT_EQ(events[0].message,
+            "merge collapse on loop0: " + v.evidence_text + ". Cause: " + v.cause + ". Remedy: " + v.remedy);
+  EXPECT_EQ(v.evidence_text.rfind("6400 requests/s, 98% missed merges", 0), 0u) << v.evidence_text;
+  f.Run(12, kMerged);
+  EXPECT_FALSE(f.Raised());
+  EXPECT_EQ(f.Verdict().cause, "");
+  EXPECT_EQ(f.Verdict().remedy, "");
+}
+
 // The clear step follows --collapse.clear-after exactly: 4 s more clear time, 4 s later.
 TEST(CollapseDetector, ClearAfterMovesTheClearStepByItsOwnLength) {
   for (int clear_after : {0, 4, 8}) {

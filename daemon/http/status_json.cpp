@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "http/status_json.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "metrics/exposition.h"
+
+namespace mergewatch {
+namespace {
+
+// JSON has no NaN or infinity: a ratio that has none is null.
+nlohmann::json Number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+}  // namespace
+
+const char* VerdictState(const DiskVerdict& verdict) {
+  if (verdict.raised) return verdict.condition ? "collapsed" : "clearing";
+  return verdict.condition ? "pending" : "ok";
+}
+
+std::string StatusJson(const DetectorStatus& status) {
+  nlohmann::json verdicts = nlohmann::json::array();
+  for (const DiskVerdict& v : status.verdicts) {
+    const CollapseEvidence& e = v.evidence;
+    verdicts.push_back({
+        {"kind", "merge_collapse"},
+        {"device", LabelText(v.device)},
+        {"upper", LabelText(v.upper)},
+        {"state", VerdictState(v)},
+        {"active", v.raised},
+        {"condition", v.condition},
+        {"evidence",
+         {{"window_seconds", Number(e.window_seconds)},
+          {"requests", e.requests},
+          {"requests_per_second", Number(e.requests_per_second)},
+          {"small_request_ratio", Number(e.small_share)},
+          {"missed_merge_ratio", Number(e.missed_share)},
+          {"merge_ratio", Number(e.merge_share)},
+          {"back_merges_per_second", Number(e.back_merges_per_second)},
+          {"mean_request_bytes", Number(e.mean_request_bytes)},
+          {"merged_request_bytes", Number(e.merged_request_bytes)},
+          {"merged_from_runs", e.runs_reported},
+          {"upper", LabelText(e.upper)},
+          {"upper_bio_bytes", Number(e.upper_mean_bio_bytes)},
+          {"upper_request_ratio", Number(e.upper_request_share)},
+          {"text", LabelText(v.evidence_text)}}},
+        {"cause", LabelText(v.cause)},
+        {"remedy", LabelText(v.remedy)},
+    });
+  }
+  nlohmann::json findings = nlohmann::json::array();
+  for (const QueueFinding& f : status.findings) {
+    findings.push_back({{"kind", "queue_config"},
+                        {"device", LabelText(f.device)},
+                        {"finding", LabelText(f.finding)},
+                        {"active", true},
+                        {"evidence", LabelText(f.evidence)},
+                        {"remedy", LabelText(f.remedy)}});
+  }
+  nlohmann::json doc = {{"version", LabelText(status.version)}, {"verdicts", verdicts}, {"findings", findings}};
+  return doc.dump() + "\n";
+}
+
+}  // namespace mergewatch
