@@ -13,7 +13,10 @@
                             % [series, c.mergewatchSelector],
   // Per-host series labelled with the host's kernel release.
   local withKernel = '* on (job, instance) group_left (kernel) mergewatch_build_info{%s}' % c.mergewatchSelector,
-  local cohortP99 = 'kernel_class:mergewatch_read_latency_seconds:p99_rate5m',
+  local rng = c.recordingRange,
+  local hostP99 = 'instance_class_kernel:mergewatch_read_latency_seconds:p99_rate' + rng,
+  local hostMean = 'instance_class_kernel_op:mergewatch_request_size_bytes:mean_rate' + rng,
+  local cohortP99 = 'kernel_class:mergewatch_read_latency_seconds:p99_rate' + rng,
   local cohortHosts = 'kernel_class:mergewatch_hosts:count',
   // Cohorts large enough to be compared.
   local comparable = '%s and on (kernel, class) %s >= %d' % [cohortP99, cohortHosts, c.cohortMinHosts],
@@ -27,32 +30,36 @@
         // is false).
         // Expressions on one line: rules.jsonnet's YAML output costs jsonnet time that grows faster than the text.
         {
-          record: 'instance_class_kernel:mergewatch_read_latency_seconds:p99_rate5m',
+          record: hostP99,
           expr: 'histogram_quantile(0.99, sum by (job, instance, class, le) (%s)) %s > 0'
-                % [withClass('rate(mergewatch_request_latency_seconds_bucket{%s, op="read"}[5m])' % c.mergewatchSelector),
-                   withKernel],
+                % [
+                  withClass('rate(mergewatch_request_latency_seconds_bucket{%s, op="read"}[%s])' % [c.mergewatchSelector, rng]),
+                  withKernel,
+                ],
         },
         // Per host, class and op: mean request size at dispatch (bytes per request).
         {
-          record: 'instance_class_kernel_op:mergewatch_request_size_bytes:mean_rate5m',
+          record: hostMean,
           expr: '(sum by (job, instance, class, op) (%s) / (sum by (job, instance, class, op) (%s) > 0)) %s'
-                % [withClass('rate(mergewatch_request_size_bytes_sum{%s}[5m])' % c.mergewatchSelector),
-                   withClass('rate(mergewatch_request_size_bytes_count{%s}[5m])' % c.mergewatchSelector),
-                   withKernel],
+                % [
+                  withClass('rate(mergewatch_request_size_bytes_sum{%s}[%s])' % [c.mergewatchSelector, rng]),
+                  withClass('rate(mergewatch_request_size_bytes_count{%s}[%s])' % [c.mergewatchSelector, rng]),
+                  withKernel,
+                ],
         },
         // The cohort p99: the median of its hosts' p99, so one host with a failing disk does not move it.
         {
           record: cohortP99,
-          expr: 'quantile by (kernel, class) (0.5, instance_class_kernel:mergewatch_read_latency_seconds:p99_rate5m)',
+          expr: 'quantile by (kernel, class) (0.5, %s{%s})' % [hostP99, c.mergewatchSelector],
         },
         // Hosts in each cohort (with reads on that class over the last 5 minutes).
         {
           record: cohortHosts,
-          expr: 'count by (kernel, class) (instance_class_kernel:mergewatch_read_latency_seconds:p99_rate5m)',
+          expr: 'count by (kernel, class) (%s{%s})' % [hostP99, c.mergewatchSelector],
         },
         {
-          record: 'kernel_class_op:mergewatch_request_size_bytes:mean_rate5m',
-          expr: 'quantile by (kernel, class, op) (0.5, instance_class_kernel_op:mergewatch_request_size_bytes:mean_rate5m)',
+          record: 'kernel_class_op:mergewatch_request_size_bytes:mean_rate' + rng,
+          expr: 'quantile by (kernel, class, op) (0.5, %s{%s})' % [hostMean, c.mergewatchSelector],
         },
       ],
     }],
@@ -75,8 +82,13 @@
                         '{{ $labels.class }} disks, %s times or more that of the fastest other kernel cohort of %d or more ' +
                         'hosts ({{ with printf "min(%s{class=\'%%s\'} and on (kernel, class) %s >= %d)" $labels.class | query }}' +
                         '{{ . | first | value | humanizeDuration }}{{ end }}). Hold the rollout; compare the cohorts on the ' +
-                        'dashboard row Kernel cohorts.') % [c.cohortLatencyRatio, c.cohortMinHosts, cohortP99, cohortHosts,
-                                                            c.cohortMinHosts],
+                        'dashboard row Kernel cohorts.') % [
+            c.cohortLatencyRatio,
+            c.cohortMinHosts,
+            cohortP99,
+            cohortHosts,
+            c.cohortMinHosts,
+          ],
           runbook_url: c.runbookURL + '#mergewatchkernelcohortslowreads',
         },
       }],
@@ -86,12 +98,14 @@
   grafanaDashboards+:: {
     'mergewatch.json'+: {
       local ds = { type: 'prometheus', uid: '${datasource}' },
+      // The pickers of dashboards.libsonnet (cluster, job, host; All by default): a cohort is many hosts.
+      local pick = (if c.showMultiCluster then '%s=~"$cluster", ' % c.clusterLabel else '') + 'job=~"$job", instance=~"$instance"',
       local y = 43,  // below the "Queue settings and stacking" row of dashboards.libsonnet
       // Fleet-wide: no host or device picker (a cohort is many hosts); the job selector only.
-      local rate(metric, extra='') = 'rate(%s{%s%s}[%s])' % [metric, c.mergewatchSelector, extra, c.rateInterval],
+      local rate(metric, extra='') = 'rate(%s{%s%s}[%s])' % [metric, pick, extra, c.rateInterval],
       local classed(series) = '%s * on (job, instance, device) group_left (class) mergewatch_device_class_info{%s}'
-                              % [series, c.mergewatchSelector],
-      local kernel = '* on (job, instance) group_left (kernel) mergewatch_build_info{%s}' % c.mergewatchSelector,
+                              % [series, pick],
+      local kernel = '* on (job, instance) group_left (kernel) mergewatch_build_info{%s}' % pick,
       local panel(id, title, description, x, targets, unit) = {
         id: id,
         type: 'timeseries',
@@ -99,35 +113,62 @@
         description: description,
         datasource: ds,
         gridPos: { x: x, y: y + 1, w: 12, h: 8 },
-        targets: [{ datasource: ds, expr: targets[i][0], legendFormat: targets[i][1], refId: std.char(65 + i) }
-                  for i in std.range(0, std.length(targets) - 1)],
+        targets: [
+          { datasource: ds, expr: targets[i][0], legendFormat: targets[i][1], refId: std.char(65 + i) }
+          for i in std.range(0, std.length(targets) - 1)
+        ],
         fieldConfig: { defaults: { unit: unit, custom: { fillOpacity: 0, showPoints: 'never' } }, overrides: [] },
-        options: { legend: { displayMode: 'table', placement: 'bottom', showLegend: true, calcs: ['lastNotNull'] },
-                   tooltip: { mode: 'multi', sort: 'desc' } },
+        options: {
+          legend: { displayMode: 'table', placement: 'bottom', showLegend: true, calcs: ['lastNotNull'] },
+          tooltip: { mode: 'multi', sort: 'desc' },
+        },
       },
       panels+: [
-        { id: 16, type: 'row', title: 'Kernel cohorts', collapsed: false, gridPos: { x: 0, y: y, w: 24, h: 1 },
-          panels: [] },
-        panel(17, 'Kernel cohorts: p99 read latency',
-              'Per kernel release and device class: the median over hosts of each host\'s p99 read latency (dispatch to completion). The number of hosts is in the legend. The alert compares these lines within a class.',
+        {
+          id: 16,
+          type: 'row',
+          title: 'Kernel cohorts',
+          collapsed: false,
+          gridPos: { x: 0, y: y, w: 24, h: 1 },
+          panels: [],
+        },
+        panel(17,
+              'Kernel cohorts: p99 read latency',
+              "Per kernel release and device class: the median over hosts of each host's p99 read latency (dispatch to completion). The number of hosts is in the legend. The alert compares these lines within a class.",
               0,
-              [['quantile by (kernel, class) (0.5, histogram_quantile(0.99, sum by (job, instance, class, le) (%s)) %s > 0)'
-                % [classed(rate('mergewatch_request_latency_seconds_bucket', ', op="read"')), kernel],
-                '{{kernel}} {{class}}'],
-               ['count by (kernel, class) (histogram_quantile(0.99, sum by (job, instance, class, le) (%s)) %s > 0)'
-                % [classed(rate('mergewatch_request_latency_seconds_bucket', ', op="read"')), kernel],
-                '{{kernel}} {{class}} hosts']],
+              [
+                [
+                  'quantile by (kernel, class) (0.5, histogram_quantile(0.99, sum by (job, instance, class, le) (%s)) %s > 0)'
+                  % [classed(rate('mergewatch_request_latency_seconds_bucket', ', op="read"')), kernel],
+                  '{{kernel}} {{class}}',
+                ],
+                [
+                  'count by (kernel, class) (histogram_quantile(0.99, sum by (job, instance, class, le) (%s)) %s > 0)'
+                  % [classed(rate('mergewatch_request_latency_seconds_bucket', ', op="read"')), kernel],
+                  '{{kernel}} {{class}} hosts',
+                ],
+              ],
               's')
-        + { fieldConfig+: { overrides: [{ matcher: { id: 'byRegexp', options: '.* hosts' },
-                                          properties: [{ id: 'unit', value: 'none' },
-                                                       { id: 'custom.axisPlacement', value: 'right' }] }] } },
-        panel(18, 'Kernel cohorts: mean request size',
-              'Per kernel release, device class and operation: the median over hosts of each host\'s mean request size at dispatch. A cohort whose requests are smaller merges less (scheduler, nomerges, max_sectors_kb).',
+        + { fieldConfig+: { overrides: [{
+          matcher: { id: 'byRegexp', options: '.* hosts' },
+          properties: [
+            { id: 'unit', value: 'none' },
+            { id: 'custom.axisPlacement', value: 'right' },
+          ],
+        }] } },
+        panel(18,
+              'Kernel cohorts: mean request size',
+              "Per kernel release, device class and operation: the median over hosts of each host's mean request size at dispatch. A cohort whose requests are smaller merges less (scheduler, nomerges, max_sectors_kb).",
               12,
-              [['quantile by (kernel, class, op) (0.5, (sum by (job, instance, class, op) (%s) / (sum by (job, instance, class, op) (%s) > 0)) %s)'
-                % [classed(rate('mergewatch_request_size_bytes_sum')), classed(rate('mergewatch_request_size_bytes_count')),
-                   kernel],
-                '{{kernel}} {{class}} {{op}}']],
+              [[
+                'quantile by (kernel, class, op) (0.5, (sum by (job, instance, class, op) (%s) / (sum by (job, instance, class, op) (%s) > 0)) %s)'
+                % [
+                  classed(rate('mergewatch_request_size_bytes_sum')),
+                  classed(rate('mergewatch_request_size_bytes_count')),
+                  kernel,
+                ],
+                '{{kernel}} {{class}} {{op}}',
+              ]],
               'bytes'),
       ],
     },

@@ -67,7 +67,7 @@ def write_test_rules(path):
     text = shipped_rules()
     short, n = rules_with_short_for(text)
     alerts = shipped_alert_rules()
-    assert n == len(alerts) == 4, f"{n} for: lines rewritten for {len(alerts)} alerts"
+    assert n == len(alerts) >= 4, f"{n} for: lines rewritten for {len(alerts)} alerts"
     # Line by line: only the for: lines differ, and only in their unit.
     old_lines, new_lines = text.splitlines(), short.splitlines()
     assert len(old_lines) == len(new_lines)

@@ -89,7 +89,7 @@ def test_slow_kernel_cohort_pages_a_ticket_after_30_minutes(tmp_path):
                 "exp_annotations": {
                     "summary": "Hosts on one kernel release read markedly slower than hosts on another.",
                     "description": description,
-                    "runbook_url": "file:///usr/share/doc/mergewatch/runbook.md#mergewatchkernelcohortslowreads"}}]},
+                    "runbook_url": "https://github.com/mergewatch/mergewatch/blob/main/docs/runbook.md#mergewatchkernelcohortslowreads"}}]},
         ],
     }])
 

@@ -25,7 +25,7 @@ def test_queue_finding_is_a_ticket_after_ten_minutes(tmp_path):
         # A finding that held 5 minutes at boot and went (a udev rule caught up): no ticket.
         (f'mergewatch_queue_config_finding{{{HOST},device="sdb",finding="rotational_without_scheduler"}}', "1x5"),
     ]
-    runbook = "file:///usr/share/doc/mergewatch/runbook.md#mergewatchqueueconfigfinding"
+    runbook = "https://github.com/mergewatch/mergewatch/blob/main/docs/runbook.md#mergewatchqueueconfigfinding"
     summary = "A disk runs with a queue setting that costs latency or throughput."
     sda = {"exp_labels": {"severity": "warning", "job": "mergewatch", "instance": "hdd-07:9863", "device": "sda",
                           "finding": "rotational_without_scheduler"},
