@@ -238,15 +238,33 @@ def test_daemon_stays_inside_the_units_sandbox(workdir, processes):
     trace = os.path.join(workdir, "strace.out")
     tracer = processes("strace", [tool("strace"), "-f", "-qq", "-o", trace, daemon,
                                   f"--web.listen-address=127.0.0.1:{port}"])
-    wait_until(lambda: children(tracer.pid), 10, "the traced daemon to start", on_timeout=tracer.log)
-    daemon_pid = children(tracer.pid)[0]
-    wait_until(lambda: http_get(f"http://127.0.0.1:{port}/metrics")[0] == 200, 30, "the first scrape",
-               on_timeout=tracer.log)
-    http_get(f"http://127.0.0.1:{port}/metrics")
-    http_get(f"http://127.0.0.1:{port}/")
-    time.sleep(1.5)  # a couple of main-loop ticks
-    os.kill(daemon_pid, signal.SIGTERM)
-    tracer.proc.wait(timeout=30)
+    # strace's child is the daemon only once it has exec'd it; before that it is strace's own fork.
+    def traced_daemon():
+        for pid in children(tracer.pid):
+            try:
+                if os.path.realpath(f"/proc/{pid}/exe") == os.path.realpath(daemon):
+                    return pid
+            except OSError:
+                pass
+        return None
+    wait_until(traced_daemon, 30, "the traced daemon to start", on_timeout=tracer.log)
+    daemon_pid = traced_daemon()
+    try:
+        # strace stops the daemon at every system call: under load its start takes several times longer.
+        wait_until(lambda: http_get(f"http://127.0.0.1:{port}/metrics")[0] == 200, 90, "the first scrape",
+                   on_timeout=tracer.log)
+        http_get(f"http://127.0.0.1:{port}/metrics")
+        http_get(f"http://127.0.0.1:{port}/")
+        time.sleep(1.5)  # a couple of main-loop ticks
+        os.kill(daemon_pid, signal.SIGTERM)
+        tracer.proc.wait(timeout=90)
+    finally:
+        # Killing strace detaches the daemon and leaves it running: stop it by its own PID.
+        if tracer.proc.poll() is None:
+            try:
+                os.kill(daemon_pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     text = open(trace).read()
     used = set(re.findall(r"^\d+\s+(?:<\.\.\. )?([a-z_0-9]+)[( ]", text, flags=re.M)) - {"exit", "exit_group",
