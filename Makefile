@@ -150,14 +150,14 @@ $(error make test: MERGEWATCH_UPDATE_GOLDEN is set, which rewrites the golden fi
 endif
 endif
 test: deps deps-reliability
-	@$(MAKE) --no-print-directory build
+	@$(MAKE) --no-print-directory -j$(NPROC) build
 	@rm -rf $(REPORTS); status=0; \
 	$(MAKE) --no-print-directory test-unit || status=1; \
 	$(MAKE) --no-print-directory -j$(NPROC) test-sanitize || status=1; \
 	$(MAKE) --no-print-directory -j$(NPROC) test-fuzz || status=1; \
-	$(MAKE) --no-print-directory test-privileged || status=1; \
+	$(MAKE) --no-print-directory -j$(NPROC) test-privileged || status=1; \
 	$(MAKE) --no-print-directory test-deploy || status=1; \
-	$(MAKE) --no-print-directory test-vm || status=1; \
+	$(MAKE) --no-print-directory -j$(NPROC) test-vm || status=1; \
 	$(PYTHON) tests/summary.py $(REPORTS)/unit.json $(REPORTS)/sanitize.json $(REPORTS)/fuzz.xml \
 		$(REPORTS)/privileged.xml $(REPORTS)/deploy.xml $(REPORTS)/vm.xml || status=1; \
 	exit $$status

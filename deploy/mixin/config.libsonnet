@@ -10,7 +10,8 @@
     mergewatchSelector: 'job="mergewatch"',
     // Where docs/runbook.md is served; each alert links to its section (#<alertname in lower case>).
     // It must work where the alert is read (Alertmanager, Grafana, a phone), not on the host: the
-    // project's copy by default; point it at your wiki or an internal mirror.
+    // project's intended public address by default (unchecked from the build host): point it at your
+    // wiki or an internal mirror before deploying (README, "Monitoring mixin and dashboard").
     runbookURL: 'https://github.com/mergewatch/mergewatch/blob/main/docs/runbook.md',
     // Severity of the merge-collapse page and of the other (non-paging) alerts, in the mixin
     // convention (critical, warning, info); deploy/prometheus/alertmanager.example.yml routes on them.
