@@ -23,7 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "deploy"))
-from dashboard_run import DashboardRun, panel_targets, substitute  # noqa: E402
+from dashboard_run import COHORT_JOIN, DashboardRun, panel_targets, substitute  # noqa: E402
 
 STACKING = ("mergewatch_device_holder_info", "mergewatch_device_info")
 
@@ -58,8 +58,9 @@ def main():
         panels = {}
         for title, ref, expr, fmt, panel in panel_targets():
             stacked = any(m in expr for m in STACKING)
-            q = substitute(expr, run.stacked_instance if stacked else run.loop_instance,
-                           ".+" if stacked else run.dev.name)
+            # The cohort panels compare hosts: the host picker at its default (All).
+            instance = run.stacked_instance if stacked else ".+" if COHORT_JOIN in expr else run.loop_instance
+            q = substitute(expr, instance, ".+" if stacked else run.dev.name)
             if panel["type"] == "table":
                 # Instant queries, as Grafana's tables: taken during the collapse, before nomerges=0.
                 rows = run.api("query", query=q, time=fixed_at - 3)["result"]

@@ -36,6 +36,8 @@ POLICY = ["--collapse.require-upper=none", "--collapse.window=5s", "--collapse.r
           "--collapse.clear-after=4s"]
 RATE_INTERVAL = "10s"  # what $__rate_interval stands for: ten 1 s scrapes
 OTHER_KERNEL = "6.1.0-27-amd64"  # the second kernel cohort's release (a relabelled scrape of the loop daemon)
+# What marks a kernel cohort query: the join that takes the kernel from mergewatch_build_info.
+COHORT_JOIN = "group_left (kernel)"
 
 
 class Failure(Exception):

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from conftest import DEPLOY, REPO, RULES, daemon_binary, run, tool
-from dashboard_run import Failure, DashboardRun, dashboard, panel_targets, substitute
+from dashboard_run import COHORT_JOIN, OTHER_KERNEL, Failure, DashboardRun, dashboard, panel_targets, substitute
 
 MIXIN = os.path.join(DEPLOY, "mixin")
 DASHBOARD = os.path.join(DEPLOY, "grafana", "mergewatch.json")
@@ -162,6 +162,9 @@ def test_every_dashboard_query_returns_data_during_a_real_collapse():
             metrics = metric_of(expr)
             if metrics & NEEDS_STACKING:
                 instance, device = run_.stacked_instance, ".+"
+            elif COHORT_JOIN in expr:
+                # Cohorts compare hosts: the host picker at its default, All.
+                instance, device = ".+", dev
             else:
                 instance, device = loop, dev
             q = substitute(expr, instance, device)
@@ -188,6 +191,9 @@ def test_every_dashboard_query_returns_data_during_a_real_collapse():
         assert nomerges == {dev: "2"}, nomerges
         schedulers = {s["metric"]["scheduler"] for s in results[("Queue settings", "B")]}
         assert schedulers == {"mq-deadline"}, schedulers
+        # Two kernel cohorts: this host's and the relabelled scrape's (dashboard_run.OTHER_KERNEL).
+        cohorts = {s["metric"]["kernel"] for s in results[("Kernel cohorts: p99 read latency", "A")]}
+        assert cohorts == {os.uname().release, OTHER_KERNEL}, cohorts
         holders = {(s["metric"]["device"], s["metric"]["holder"]) for s in results[("Stacking", "A")]}
         assert ("nvme1n1", "dm-0") in holders, holders
         # The pickers' own queries.
