@@ -121,6 +121,7 @@ LoadReply LoadHere(const ProbeOptions& options) {
   }
 
   std::string failures;
+  std::string causes;  // one line: "tp_btf: <strerror>; raw_tp: <strerror>"
   for (const char* mode : {"tp_btf", "raw_tp"}) {
     if (options.program_type != "auto" && options.program_type != mode) continue;
     LIBBPF_OPTS(bpf_object_open_opts, open_opts);
@@ -154,6 +155,7 @@ LoadReply LoadHere(const ProbeOptions& options) {
                            "and lockdown" + LibbpfTail());
       }
       failures += std::string("\n") + mode + ": " + strerror(-err) + LibbpfTail();
+      causes += std::string(causes.empty() ? "" : "; ") + mode + ": " + strerror(-err);
       LogInfo(std::string("loading the ") + mode + " programs failed (" + strerror(-err) + "), trying the next mode");
       continue;
     }
@@ -190,10 +192,11 @@ LoadReply LoadHere(const ProbeOptions& options) {
     }
     return reply;
   }
+  // The first line names each mode's cause: mergewatch_detection_info's reason label keeps only that line.
   return Failure(ProbeError::kLoad, (options.program_type == "auto"
-                                         ? std::string("the BPF programs did not load in any mode:")
-                                         : "the BPF programs did not load as " + options.program_type + ":") +
-                                        failures);
+                                         ? std::string("the BPF programs did not load in any mode (")
+                                         : "the BPF programs did not load as " + options.program_type + " (") +
+                                        causes + "):" + failures);
 }
 
 // ---- wire format: "MWL1", then fields; integers little-endian u32, strings u32 length + bytes,
@@ -491,6 +494,17 @@ bool DecodeLoadReply(const std::string& bytes, const std::vector<int>& fds, Load
   return true;
 }
 
+std::string DescribeLoaderExit(int status, bool killed_by_us) {
+  std::string text = DescribeWaitStatus(status);
+  // A memory cgroup at its limit may OOM-kill the process whose map allocation went over it, the
+  // loader, instead of failing the allocation: the same cause as ENOMEM, which can pass, so
+  // --source=auto tries again once the limit is raised.
+  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && !killed_by_us)
+    text += " (not by mergewatchd: the OOM killer does that when a memory cgroup is at its limit; " +
+            std::string(strerror(ENOMEM)) + ")";
+  return text;
+}
+
 std::string DescribeWaitStatus(int status) {
   if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) {
@@ -532,7 +546,8 @@ LoadReply LoadInChild(const ProbeOptions& options) {
   pid_t reaped;
   do reaped = waitpid(pid, &status, 0);
   while (reaped < 0 && errno == EINTR);
-  const std::string exit_text = reaped == pid ? DescribeWaitStatus(status) : std::string("could not be reaped");
+  const std::string exit_text =
+      reaped == pid ? DescribeLoaderExit(status, timed_out) : std::string("could not be reaped");
   LoadReply reply;
   const bool decoded = received && DecodeLoadReply(bytes, fds, &reply, &why);
   if (!decoded) CloseAll(fds);

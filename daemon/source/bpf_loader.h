@@ -79,6 +79,9 @@ bool DecodeLoadReply(const std::string& bytes, const std::vector<int>& fds, Load
 
 // The loader child's wait status in words: "exited with status 3", "was killed by signal 11 (Segmentation fault)".
 std::string DescribeWaitStatus(int status);
+// The same, for the failure message: a SIGKILL the daemon did not send (killed_by_us false) is the
+// OOM killer's, said with strerror(ENOMEM) so that BpfFailureCanPass() takes it for the memory cause.
+std::string DescribeLoaderExit(int status, bool killed_by_us);
 
 // The most descriptors one reply may carry (the kernel's SCM_MAX_FD).
 constexpr size_t kMaxReplyFds = 253;

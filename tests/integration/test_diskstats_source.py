@@ -5,6 +5,7 @@ by --source=auto when the daemon is stripped of CAP_BPF, CAP_PERFMON and CAP_SYS
 Loop devices have no stacking, so as in test_collapse.py the detector is pointed at them with
 --collapse.require-upper=none (upper=""): on this source the collapse is then decided from the disk's
 mean request size, its merge share and the queue's nomerges=2 (README, "Without BPF")."""
+import os
 import subprocess
 import time
 
@@ -162,3 +163,89 @@ def test_source_bpf_still_exits_without_the_capabilities(loop_device):
                        text=True, timeout=60)
     assert r.returncode == 4, (r.returncode, r.stderr)
     assert "not privileged to load BPF" in r.stderr and "diskstats" not in r.stderr, r.stderr
+
+
+class MemoryCgroup:
+    """A memory cgroup of our own (v2 where the unified hierarchy has the memory controller, else v1) that
+    the daemon is started in: a limit below the in-flight map's size makes the BPF load fail with ENOMEM
+    (map memory is charged to the cgroup since 5.11), and raising it lets the load pass."""
+
+    def __init__(self, limit_bytes):
+        unified = "/sys/fs/cgroup/cgroup.controllers"
+        name = f"mergewatch-test-{os.getpid()}"
+        if os.path.exists(unified) and "memory" in open(unified).read().split():
+            with open("/sys/fs/cgroup/cgroup.subtree_control", "w") as f:
+                f.write("+memory")
+            self.path, self.limit_file, self.unlimited = f"/sys/fs/cgroup/{name}", "memory.max", "max"
+        elif os.path.isdir("/sys/fs/cgroup/memory"):
+            self.path, self.limit_file, self.unlimited = (f"/sys/fs/cgroup/memory/{name}", "memory.limit_in_bytes",
+                                                          "-1")
+        else:
+            pytest.fail("no memory cgroup controller (neither cgroup v2's memory nor a v1 memory hierarchy)")
+        os.mkdir(self.path)
+        self.set_limit(str(limit_bytes))
+
+    def set_limit(self, value):
+        with open(os.path.join(self.path, self.limit_file), "w") as f:
+            f.write(value)
+
+    def wrapper(self):
+        """Puts the shell in the cgroup, then execs the daemon in its place (same PID)."""
+        return ["sh", "-c", f'echo $$ > {self.path}/cgroup.procs && exec "$@"', "mergewatchd"]
+
+    def remove(self):
+        os.rmdir(self.path)
+
+
+def detection_info(daemon):
+    info = [dict(k[1]) for k in daemon.scrape() if k[0] == "mergewatch_detection_info"]
+    assert len(info) == 1, info
+    return info[0]
+
+
+def test_bpf_out_of_memory_runs_on_diskstats_and_attaches_when_memory_is_back(daemon_factory, loop_device):
+    """ENOMEM is a cause that can pass: under a memory cgroup limit below the in-flight map (4M slots), the BPF
+    load fails (or the OOM killer kills the loader), detection runs on diskstats and BPF is tried again at each
+    topology refresh; once the limit is raised the BPF programs attach and count (histogram buckets below +Inf,
+    which the diskstats source never has)."""
+    cgroup = MemoryCgroup(48 << 20)
+    d = None
+    try:
+        d = daemon_factory("--bpf.inflight-entries=4194304", "--topology.refresh-interval=1s", *POLICY,
+                           wrapper=cgroup.wrapper())
+        info = detection_info(d)
+        assert info["source"] == "diskstats" and info["evidence"] == "reduced", info
+        assert "Cannot allocate memory" in info["reason"], info
+        assert "BPF is tried again at each topology refresh" in d.log_text(), d.log_text()
+        deadline = time.monotonic() + HANG
+        while d.log_text().count("BPF still cannot run") < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        log = d.log_text()
+        assert log.count("BPF still cannot run") >= 2, log
+        assert "not tried again" not in log, log  # an OOM-killed loader is the same cause
+
+        cgroup.set_limit(cgroup.unlimited)
+        deadline = time.monotonic() + HANG
+        while detection_info(d)["source"] != "bpf" and time.monotonic() < deadline:
+            time.sleep(0.5)
+        info = detection_info(d)
+        assert info["source"] == "bpf" and info["evidence"] == "full", (info, d.log_text())
+        assert "detection runs on BPF again (full evidence)" in d.log_text()
+
+        dev = loop_device()
+        dev.set_queue(scheduler="mq-deadline", nomerges=0)
+        subprocess.run(["dd", f"if={dev.path}", "of=/dev/null", "bs=4k", "count=256", "iflag=direct"], check=True,
+                       capture_output=True, timeout=60)
+        deadline = time.monotonic() + HANG
+        small = 0
+        while small < 256 and time.monotonic() < deadline:
+            samples = d.scrape()
+            if not absent(samples, "mergewatch_request_size_bytes_bucket", device=dev.name, op="read", le="4096"):
+                small = value(samples, "mergewatch_request_size_bytes_bucket", device=dev.name, op="read", le="4096")
+            time.sleep(0.5)
+        # 256 direct 4 KiB reads, one at a time (nothing to merge); udev's probe of the new device may add some.
+        assert small >= 256, (small, d.scrape_text())
+    finally:
+        if d is not None:
+            d.stop()
+        cgroup.remove()

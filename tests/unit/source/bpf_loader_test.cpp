@@ -2,6 +2,7 @@
 // The loader child's reply: what the parent accepts, and what it refuses without keeping a
 // descriptor. Descriptors here are plain numbers; nothing is opened or closed.
 #include "source/bpf_loader.h"
+#include "source/source.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -149,6 +150,16 @@ TEST(LoadReply, AMapOrProgramWithoutDescriptorIsRefused) {
 TEST(DescribeWaitStatus, SaysHowTheLoaderEnded) {
   EXPECT_EQ(DescribeWaitStatus(3 << 8), "exited with status 3");
   EXPECT_EQ(DescribeWaitStatus(SIGSEGV), "was killed by signal 11 (Segmentation fault)");
+}
+
+TEST(DescribeLoaderExit, AnOomKilledLoaderIsTheMemoryCauseThatCanPass) {
+  const std::string oom = "the BPF loader process (pid 7) " + DescribeLoaderExit(SIGKILL, false);
+  EXPECT_TRUE(BpfFailureCanPass(ProbeError::kLoad, oom)) << oom;
+  // Killed by us at the loader's timeout, or crashed: not a cause that passes by itself.
+  EXPECT_EQ(DescribeLoaderExit(SIGKILL, true), "was killed by signal 9 (Killed)");
+  EXPECT_FALSE(BpfFailureCanPass(ProbeError::kLoad, DescribeLoaderExit(SIGKILL, true)));
+  EXPECT_FALSE(BpfFailureCanPass(ProbeError::kLoad, DescribeLoaderExit(SIGSEGV, false)));
+  EXPECT_FALSE(BpfFailureCanPass(ProbeError::kLoad, DescribeLoaderExit(3 << 8, false)));
 }
 
 TEST(InflightSlotBits, RoundsUpToAPowerOfTwo) {
