@@ -161,7 +161,8 @@ static __always_inline bool MW_FN(missed_merge)(struct bio *bio, struct gendisk 
 	struct sched_entry *cand = NULL, *scratch;
 	struct plug_slot *slot;
 	struct mw_dev_stats *stats;
-	__u32 plug_count = 0;
+	__u32 plug_count = 0, gen_index = plug_gen_index(plug_id);
+	struct mw_plug_gen *gen = NULL;
 	bool has_elevator = MW_READ(q, elevator) != NULL;
 
 	slot = bpf_map_lookup_elem(&plug_slots, &index);
@@ -170,11 +171,17 @@ static __always_inline bool MW_FN(missed_merge)(struct bio *bio, struct gendisk 
 		return false;
 	lim.virt_boundary_mask = MW_READ(q, limits.virt_boundary_mask);
 	MW_FN(bio_side)(bio, opf, lim.virt_boundary_mask != 0, MW_READ(q, limits.max_segment_size), &b);
-	if (plug)
+	if (plug) {
 		plug_count = MW_READ(plug, rq_count);
+		gen = bpf_map_lookup_elem(&plug_gens, &gen_index);
+		if (gen && gen->plug != plug_id)
+			mw_plug_gen_start(gen, plug_id, bpf_ktime_get_ns());
+		else if (gen)
+			mw_plug_gen_observe(gen, plug_count);
+	}
 
 	scratch->missed = 0;
-	if (plug && slot->plug == plug_id && slot->queue_id == queue_id && mw_plug_still_holds(slot->rq_count, plug_count) &&
+	if (gen && slot->plug == plug_id && slot->queue_id == queue_id && mw_plug_gen_holds(gen, slot->seq) &&
 	    slot->run.sector + slot->run.sectors == b.sector) {
 		scratch->run = slot->run;
 		scratch->missed = slot->missed;
@@ -192,7 +199,8 @@ static __always_inline bool MW_FN(missed_merge)(struct bio *bio, struct gendisk 
 
 	slot->plug = plug_id;
 	slot->queue_id = queue_id;
-	slot->rq_count = plug_count;
+	/* a PREFLUSH/FUA request goes to blk_insert_flush(), not into the plug */
+	slot->seq = gen ? mw_plug_gen_add(gen, plug_count, !(b.flags & (MW_F_FUA | MW_F_PREFLUSH))) : 0;
 	if (cand) {
 		MW_FN(queue_limits)(q, &lim);
 		if (mw_back_merge_verdict(&cand->run, &b, &lim) == MW_MERGE_OK) {

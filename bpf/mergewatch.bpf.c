@@ -188,9 +188,9 @@ struct {
  * 1. The submitting task's plug. blk_attempt_plug_merge() tries a new bio against one
  *    request only: the newest request of the bio's queue in current->plug. So does this:
  *    per CPU, a slot chosen by the plug's address and the queue, tagged with both and
- *    the plug's rq_count when that request was created. The request is still in the plug
- *    (not flushed) exactly when the plug now holds one request more, or only it, when adding
- *    it flushed a full plug (mw_plug_still_holds()). A task that migrates
+ *    the request's number in its plug's generation count (plug_gens, struct mw_plug_gen in
+ *    merge_rules.h: which requests the plug still holds, from plug->rq_count, for plugs of
+ *    one queue or several, md RAID0/10 and striped LVs). A task that migrates
  *    to another CPU, or whose slot another plugging task took meanwhile, finds a foreign
  *    tag and starts a new run: an undercount, never a merge claimed across two tasks'
  *    plugs (no setting merges those). Plugs live on kernel stacks (16 KiB apart and
@@ -204,10 +204,9 @@ struct {
  */
 struct plug_slot {
 	__u64 plug;     /* struct blk_plug pointer of the task; 0: the request was not plugged */
+	__u64 seq;      /* the request's number in its plug (mw_plug_gen_add()) */
 	__u32 queue_id; /* request_queue->id + 1; 0 = never used */
-	__u32 rq_count; /* plug->rq_count just before the request was added */
 	__u32 missed;   /* the run already holds a missed merge (counted in missed_merge_runs) */
-	__u32 pad;
 	struct mw_merge_side run; /* the request as merging would have built it */
 };
 
@@ -224,6 +223,19 @@ struct {
 	__type(key, __u32);
 	__type(value, struct plug_slot);
 } plug_slots SEC(".maps");
+
+/* Per CPU, one generation count per plug (by the plug's address), tagged with it. */
+static __always_inline __u32 plug_gen_index(__u64 plug_id)
+{
+	return (__u32)((plug_id >> 14) ^ (plug_id >> 24)) & (MW_PLUG_SLOTS - 1);
+}
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MW_PLUG_SLOTS);
+	__type(key, __u32);
+	__type(value, struct mw_plug_gen);
+} plug_gens SEC(".maps");
 
 struct sched_key {
 	__u32 queue_id;

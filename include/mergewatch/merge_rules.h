@@ -229,23 +229,79 @@ static __always_inline int mw_back_merge_verdict(const struct mw_merge_side *rq,
 }
 
 /*
- * BLK_MAX_REQUEST_COUNT (include/linux/blkdev.h): blk_add_rq_to_plug() flushes a plug of one
- * queue holding this many requests before it adds the next one.
+ * Which requests of a plug are still in it: a generation count per plug, read from the
+ * kernel's own plug->rq_count, never from a version number.
+ *
+ * blk_attempt_plug_merge() (block/blk-merge.c) tries a bio against one request of the
+ * submitting task's plug: the newest request of the bio's own queue. On 6.1-6.12 it walks
+ * the plug list (newest first, LIFO) while plug->multiple_queues is set and stops at the
+ * first request of the bio's queue; without multiple queues it looks at the newest request
+ * only, which is then the newest of that queue too. On 5.4-5.15 it walks every request of
+ * the queue (list_for_each_entry_reverse): the newest of the queue is one of them, so a
+ * miss claimed against it is one the kernel would have found. blk_add_rq_to_plug() (and on
+ * 5.10 blk_mq_submit_bio()) counts requests of *every* queue in plug->rq_count, so a plug
+ * that alternates disks (md RAID0/10, striped LVs: A0 B0 A1) grows by more than one between
+ * two requests of one disk, and "exactly one more" lost every such candidate.
+ *
+ * The rule here holds for every version: every request that joins a plug is preceded by its
+ * own block_getrq in the same task (trace_block_getrq() follows both the cached and the
+ * new-request path of blk_mq_submit_bio()), and the plug only empties (rq_count = 0 in
+ * blk_mq_flush_plug_list()) or grows by one. So at each block_getrq, with the count the
+ * previous one saw and whether its request was to join (a PREFLUSH/FUA request goes to
+ * blk_insert_flush() instead):
+ *   - count == previous count + joined: nothing was flushed, every request still there;
+ *   - count == 1 after a joining request: the plug was flushed as that request was added
+ *     (the full plug: BLK_MAX_REQUEST_COUNT 16 before 5.16, 32 from ba0ffdd8ce48, twice that
+ *     with multiple queues in blk_plug_max_rq_count(); or a last request of BLK_PLUG_FLUSH_SIZE),
+ *     so it alone is left: no limit needs to be known;
+ *   - anything else (0 after a flush from schedule(), a request that did not join as
+ *     predicted): none is left.
+ * Each request gets a sequence number; a plug keeps the oldest number still in it, and a
+ * queue's newest request is a candidate exactly while its number is not older than that.
+ * Numbers are 64-bit and a plug's first number is the clock (ns), so a plug state that was
+ * evicted and re-created never accepts a request recorded before.
  */
-#define MW_BLK_MAX_REQUEST_COUNT 32u
+struct mw_plug_gen {
+	__u64 plug;       /* struct blk_plug pointer; 0 = unused */
+	__u64 next_seq;   /* the number the plug's next request gets */
+	__u64 oldest_seq; /* the oldest number the plug still holds */
+	__u32 last_count; /* plug->rq_count at the previous block_getrq */
+	__u32 last_joins; /* 1 if that request was to join the plug */
+};
 
-/*
- * Is the request made at block_getrq while the plug held `count_then` requests still the
- * newest of that plug, now that it holds `count_now`? It was added right after its getrq, so
- * one request more, or, when adding it flushed a full plug first (blk_add_rq_to_plug(): the
- * flush happens after the getrq of the request that fills it past the limit), it is alone in
- * the plug: count 1. Without the second case every 33rd request of a batch (a flush) would
- * end its run, and the misses of the next bio would go uncounted (one per 64-bio batch,
- * measured on a loop device with max_sectors_kb=16: 47 counted where merging makes 48).
- */
-static __always_inline int mw_plug_still_holds(__u32 count_then, __u32 count_now)
+/* A plug seen for the first time (or whose state was taken by another plug). */
+static __always_inline void mw_plug_gen_start(struct mw_plug_gen *g, __u64 plug, __u64 first_seq)
 {
-	return count_now == count_then + 1 || (count_now == 1 && count_then >= MW_BLK_MAX_REQUEST_COUNT);
+	g->plug = plug;
+	g->next_seq = first_seq;
+	g->oldest_seq = first_seq;
+	g->last_count = 0;
+	g->last_joins = 0;
+}
+
+/* block_getrq saw plug->rq_count == count_now: drop what the plug no longer holds. */
+static __always_inline void mw_plug_gen_observe(struct mw_plug_gen *g, __u32 count_now)
+{
+	if (count_now != 0 && count_now == g->last_count + g->last_joins)
+		return;
+	if (count_now == 1 && g->last_joins)
+		g->oldest_seq = g->next_seq - 1;
+	else
+		g->oldest_seq = g->next_seq;
+}
+
+/* Is the request numbered `seq` still in the plug (after mw_plug_gen_observe())? */
+static __always_inline int mw_plug_gen_holds(const struct mw_plug_gen *g, __u64 seq)
+{
+	return seq >= g->oldest_seq && seq < g->next_seq;
+}
+
+/* The new request takes the next number; `joins`: it will be added to the plug. */
+static __always_inline __u64 mw_plug_gen_add(struct mw_plug_gen *g, __u32 count_now, __u32 joins)
+{
+	g->last_count = count_now;
+	g->last_joins = joins;
+	return g->next_seq++;
 }
 
 /* `rq` after `bio` was appended: what the merged request would have been. */
@@ -258,8 +314,10 @@ static __always_inline void mw_merge_side_append(struct mw_merge_side *rq, const
 
 #ifdef __cplusplus
 static_assert(sizeof(struct mw_merge_side) == 48, "mw_merge_side layout");
+static_assert(sizeof(struct mw_plug_gen) == 32, "mw_plug_gen layout");
 #else
 _Static_assert(sizeof(struct mw_merge_side) == 48, "mw_merge_side layout");
+_Static_assert(sizeof(struct mw_plug_gen) == 32, "mw_plug_gen layout");
 #endif
 
 #endif /* MERGEWATCH_MERGE_RULES_H */
