@@ -150,7 +150,7 @@ static __always_inline bool MW_FN(still_queued)(__u64 rq)
  * the next candidate either way.
  */
 static __always_inline bool MW_FN(missed_merge)(struct bio *bio, struct gendisk *disk, struct request_queue *q,
-						__u32 opf, struct mw_dev_stats **stats_out)
+						__u32 opf, struct mw_getrq_evidence *ev)
 {
 	__u32 queue_id = (__u32)MW_READ(q, id) + 1, zero = 0;
 	struct blk_plug *plug = MW_FN(current_plug)();
@@ -171,6 +171,7 @@ static __always_inline bool MW_FN(missed_merge)(struct bio *bio, struct gendisk 
 		return false;
 	lim.virt_boundary_mask = MW_READ(q, limits.virt_boundary_mask);
 	MW_FN(bio_side)(bio, opf, lim.virt_boundary_mask != 0, MW_READ(q, limits.max_segment_size), &b);
+	ev->bytes = (__u64)b.sectors << 9;
 	if (plug) {
 		plug_count = MW_READ(plug, rq_count);
 		gen = bpf_map_lookup_elem(&plug_gens, &gen_index);
@@ -204,19 +205,18 @@ static __always_inline bool MW_FN(missed_merge)(struct bio *bio, struct gendisk 
 	if (cand) {
 		MW_FN(queue_limits)(q, &lim);
 		if (mw_back_merge_verdict(&cand->run, &b, &lim) == MW_MERGE_OK) {
+			ev->missed = 1;
+			ev->run_started = !cand->missed;
+			ev->run_bytes = (ev->run_started ? (__u64)cand->run.sectors << 9 : 0) + ((__u64)b.sectors << 9);
 			stats = MW_FN(stats_for)(disk, b.op);
 			if (stats) {
 				stats->missed_merges++;
-				if (!cand->missed) {
-					stats->missed_merge_runs++;
-					stats->missed_merge_run_bytes += (__u64)cand->run.sectors << 9;
-				}
-				stats->missed_merge_run_bytes += (__u64)b.sectors << 9;
+				stats->missed_merge_runs += ev->run_started;
+				stats->missed_merge_run_bytes += ev->run_bytes;
 			}
 			mw_merge_side_append(&cand->run, &b);
 			slot->run = cand->run;
 			slot->missed = 1;
-			*stats_out = stats;
 			return true;
 		}
 	}
@@ -390,17 +390,28 @@ static __always_inline int MW_FN(handle_rq_complete)(struct request *rq, __u32 n
 	return 0;
 }
 
+static __always_inline struct mw_origin_stats *MW_FN(origin_stats_of)(struct bio *bio, struct gendisk *disk, __u32 op);
+
 static __always_inline int MW_FN(handle_bio_merge)(struct bio *bio, bool back)
 {
+	struct gendisk *disk = MW_FN(mw_bio_disk)(bio);
+	struct mw_origin_stats *origin;
 	struct mw_dev_stats *stats;
+	__u32 opf = MW_READ(bio, bi_opf);
 
-	stats = MW_FN(stats_for)(MW_FN(mw_bio_disk)(bio), MW_READ(bio, bi_opf));
+	stats = MW_FN(stats_for)(disk, opf);
 	if (!stats)
 		return 0;
 	if (back)
 		stats->back_merges++;
 	else
 		stats->front_merges++;
+	/* A remapped bio that merged: merging works for its upper device (per-pair merge share). */
+	if (remaps_seen) {
+		origin = MW_FN(origin_stats_of)(bio, disk, opf & MW_REQ_OP_MASK);
+		if (origin)
+			origin->merges++;
+	}
 	return 0;
 }
 
@@ -461,8 +472,11 @@ static __always_inline int MW_FN(handle_bio_remap)(struct bio *bio, __u32 from_d
 	return 0;
 }
 
-/* The new request's first bio came down a remap chain: count it for the chain's origin. */
-static __always_inline void MW_FN(count_origin)(struct bio *bio, struct gendisk *disk, __u32 op, bool missed)
+/*
+ * The evidence slot of the (disk, origin) pair of a bio that came down a remap chain, taking the
+ * chain's last hop (a request, or a merge into one, ends the chain); NULL if the bio was not remapped.
+ */
+static __always_inline struct mw_origin_stats *MW_FN(origin_stats_of)(struct bio *bio, struct gendisk *disk, __u32 op)
 {
 	struct remap_key at = {};
 	struct mw_origin_key key = {};
@@ -470,11 +484,13 @@ static __always_inline void MW_FN(count_origin)(struct bio *bio, struct gendisk 
 	static const struct mw_origin_stats zero;
 	__u32 *origin;
 
+	if (!disk)
+		return NULL;
 	at.devt = MW_FN(mw_bio_disk_devt)(bio);
 	at.sector = MW_READ(bio, bi_iter.bi_sector);
 	origin = bpf_map_lookup_elem(&remap_origin, &at);
 	if (!origin)
-		return;
+		return NULL;
 	key.origin_major = *origin >> MW_MINORBITS;
 	key.origin_minor = *origin & ((1u << MW_MINORBITS) - 1);
 	bpf_map_delete_elem(&remap_origin, &at);
@@ -486,28 +502,38 @@ static __always_inline void MW_FN(count_origin)(struct bio *bio, struct gendisk 
 	if (!stats) {
 		bpf_map_update_elem(&origin_stats, &key, &zero, BPF_NOEXIST);
 		stats = bpf_map_lookup_elem(&origin_stats, &key);
-		if (!stats) {
+		if (!stats)
 			count_event(MW_CNT_ORIGIN_FULL);
-			return;
-		}
 	}
+	return stats;
+}
+
+/* The new request's first bio came down a remap chain: count it for the chain's origin. */
+static __always_inline void MW_FN(count_origin)(struct bio *bio, struct gendisk *disk, __u32 op,
+						const struct mw_getrq_evidence *ev)
+{
+	struct mw_origin_stats *stats = MW_FN(origin_stats_of)(bio, disk, op);
+
+	if (!stats)
+		return;
 	stats->requests++;
-	if (missed)
-		stats->missed_merges++;
+	stats->request_bytes += ev->bytes;
+	stats->missed_merges += ev->missed;
+	stats->missed_merge_runs += ev->run_started;
+	stats->missed_merge_run_bytes += ev->run_bytes;
 }
 
 static __always_inline int MW_FN(handle_getrq)(struct bio *bio)
 {
 	struct gendisk *disk = MW_FN(mw_bio_disk)(bio);
-	struct mw_dev_stats *stats = NULL;
+	struct mw_getrq_evidence ev = {};
 	__u32 opf;
-	bool missed;
 
 	if (!disk)
 		return 0;
 	opf = MW_READ(bio, bi_opf);
-	missed = MW_FN(missed_merge)(bio, disk, MW_READ(disk, queue), opf, &stats);
+	MW_FN(missed_merge)(bio, disk, MW_READ(disk, queue), opf, &ev);
 	if (remaps_seen)
-		MW_FN(count_origin)(bio, disk, opf & MW_REQ_OP_MASK, missed);
+		MW_FN(count_origin)(bio, disk, opf & MW_REQ_OP_MASK, &ev);
 	return 0;
 }

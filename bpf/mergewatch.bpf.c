@@ -224,6 +224,14 @@ struct {
 	__type(value, struct plug_slot);
 } plug_slots SEC(".maps");
 
+/* What block_getrq found, for the origin's share of the evidence (count_origin()). */
+struct mw_getrq_evidence {
+	__u64 bytes;          /* the bio's bytes */
+	__u64 run_bytes;      /* bytes added to missed_merge_run_bytes */
+	__u32 missed;         /* a missed merge */
+	__u32 run_started;    /* the first missed merge of its run: missed_merge_runs + 1 */
+};
+
 /* Per CPU, one generation count per plug (by the plug's address), tagged with it. */
 static __always_inline __u32 plug_gen_index(__u64 plug_id)
 {

@@ -115,6 +115,10 @@ Snapshot BpfProbes::Read() {
         for (const mw_origin_stats& cpu : origin_per_cpu) {
           total.requests += cpu.requests;
           total.missed_merges += cpu.missed_merges;
+          total.request_bytes += cpu.request_bytes;
+          total.missed_merge_runs += cpu.missed_merge_runs;
+          total.missed_merge_run_bytes += cpu.missed_merge_run_bytes;
+          total.merges += cpu.merges;
         }
       });
 

@@ -75,9 +75,17 @@ struct mw_origin_key {
 	__u64 diskseq; /* of the disk, as in mw_dev_key */
 };
 
+/*
+ * The evidence of one (disk, upper device) pair, so that the detector decides per device the
+ * I/O was submitted to: a backup reading a snapshot pages beside any healthy I/O on its origin.
+ */
 struct mw_origin_stats {
 	__u64 requests;
 	__u64 missed_merges; /* of those requests, how many were a missed merge */
+	__u64 request_bytes; /* bytes of the bio each request was made for (block_getrq) */
+	__u64 missed_merge_runs;     /* as in mw_dev_stats, for the runs of this pair's requests */
+	__u64 missed_merge_run_bytes;
+	__u64 merges; /* bios from this origin merged into a request (block_bio_backmerge/frontmerge) */
 };
 
 struct mw_dev_stats {
@@ -171,6 +179,7 @@ static __always_inline __u32 mw_hist_slot(__u64 v, __u32 min_shift, __u32 slots)
 static_assert(sizeof(struct mw_dev_key) == 24, "mw_dev_key layout");
 static_assert(sizeof(struct mw_origin_key) == 32, "mw_origin_key layout");
 static_assert(sizeof(struct mw_inflight) == 32, "mw_inflight layout");
+static_assert(sizeof(struct mw_origin_stats) == 48, "mw_origin_stats layout");
 static_assert(sizeof(struct mw_dev_stats) ==
 		      8 * (2 * (MW_SIZE_SLOTS + 1) + 2 * (MW_LAT_SLOTS + 1) + 5),
 	      "mw_dev_stats has no padding");
@@ -178,6 +187,7 @@ static_assert(sizeof(struct mw_dev_stats) ==
 _Static_assert(sizeof(struct mw_dev_key) == 24, "mw_dev_key layout");
 _Static_assert(sizeof(struct mw_origin_key) == 32, "mw_origin_key layout");
 _Static_assert(sizeof(struct mw_inflight) == 32, "mw_inflight layout");
+_Static_assert(sizeof(struct mw_origin_stats) == 48, "mw_origin_stats layout");
 _Static_assert(sizeof(struct mw_dev_stats) ==
 		       8 * (2 * (MW_SIZE_SLOTS + 1) + 2 * (MW_LAT_SLOTS + 1) + 5),
 	       "mw_dev_stats has no padding");

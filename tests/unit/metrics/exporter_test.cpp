@@ -51,9 +51,9 @@ Snapshot IncidentSnapshot() {
   // A device that is gone from sysfs: not exported.
   AddRequests(&snap.stats[{7, 12, 0}], 4096, 10, 5000);
   // The remap chain: the snapshot's 4 KiB pieces became requests at the disk.
-  snap.origins[{259, 0, 253, 3, 0}] = mw_origin_stats{16385, 16000};
+  snap.origins[{259, 0, 253, 3, 0}] = mw_origin_stats{16385, 16000, 0, 0, 0, 0};
   // Remapped from a device that is gone: not exported.
-  snap.origins[{259, 0, 253, 9, 0}] = mw_origin_stats{5, 0};
+  snap.origins[{259, 0, 253, 9, 0}] = mw_origin_stats{5, 0, 0, 0, 0, 0};
   snap.event_counts[MW_CNT_COMPLETE_UNMATCHED] = 4;
   snap.programs = {{"block_rq_issue", "tp_btf", true}, {"block_unplug", "tp_btf", false}};
   return snap;
