@@ -428,6 +428,9 @@ static __always_inline int MW_FN(handle_bio_queue)(struct bio *bio)
 	if (!stats)
 		return 0;
 	bytes = MW_READ(bio, bi_iter.bi_size);
+	/* An empty flush (a PREFLUSH write without data) is no bio size: it would pull the mean to 0. */
+	if (bytes == 0)
+		return 0;
 	hist_add(stats->bio_size_slots, &stats->bio_size_sum_bytes, bytes, MW_SIZE_MIN_SHIFT,
 		 MW_SIZE_SLOTS);
 	return 0;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <tuple>
 
 namespace mergewatch {
 namespace {
@@ -26,7 +27,8 @@ std::string Number(double v, const char* format = "%.0f") {
   return buf;
 }
 
-uint64_t Sub(uint64_t now, uint64_t then) { return now >= then ? now - then : now; }
+// Counters only grow within a window (resets restart the window in Update()); 0 if not.
+uint64_t Sub(uint64_t now, uint64_t then) { return now >= then ? now - then : 0; }
 
 }  // namespace
 
@@ -67,6 +69,21 @@ bool CollapseDetector::IsCandidate(const BlockDevice& device) const {
          !(policy_.excluded_device && policy_.excluded_device(device.name));
 }
 
+bool CollapseDetector::EligibleUpper(const BlockDevice& device) const {
+  switch (policy_.require_upper) {
+    case UpperRequirement::kDm: return device.kind == DeviceKind::kDm;
+    case UpperRequirement::kAny: return device.kind == DeviceKind::kDm || device.kind == DeviceKind::kMd;
+    case UpperRequirement::kNone: return true;
+  }
+  return false;
+}
+
+namespace {
+
+bool AnyDecrease(uint64_t now, uint64_t then) { return now < then; }
+
+}  // namespace
+
 std::vector<CollapseEvent> CollapseDetector::Update(TimePoint now, const Snapshot& snapshot,
                                                     const Topology& topology) {
   Sample sample{now, {}};
@@ -80,15 +97,24 @@ std::vector<CollapseEvent> CollapseDetector::Update(TimePoint now, const Snapsho
     const BlockDevice* device = same_device(key.major, key.minor, key.diskseq);
     const BlockDevice* origin = topology.Find(key.origin_major, key.origin_minor);
     if (device == nullptr || origin == nullptr || (key.op != kOpRead && key.op != kOpWrite)) continue;
-    sample.devices[device->name].origin_requests[origin->name] += stats.requests;
+    // A multipath path's requests come remapped from its own head: no stacked device.
+    if (origin->name == device->name) continue;
+    PairTotals& p = sample.devices[device->name].origins[origin->name];
+    p.requests += stats.requests;
+    p.request_bytes += stats.request_bytes;
+    p.missed += stats.missed_merges;
+    p.runs += stats.missed_merge_runs;
+    p.run_bytes += stats.missed_merge_run_bytes;
+    p.merges += stats.merges;
   }
   for (const auto& [key, stats] : snapshot.stats) {
     const BlockDevice* device = same_device(key.major, key.minor, key.diskseq);
     if (device == nullptr) continue;
     Totals& t = sample.devices[device->name];
+    // Discards, write zeroes and flushes never merge like this, nor say what merging would build.
+    if (key.op != kOpRead && key.op != kOpWrite) continue;
     for (uint64_t v : stats.bio_size_slots) t.bios += v;
     t.bio_bytes += stats.bio_size_sum_bytes;
-    if (key.op != kOpRead && key.op != kOpWrite) continue;  // flush/discard never merge like this
     for (uint32_t i = 0; i < MW_SIZE_SLOTS; ++i) {
       t.requests += stats.size_slots[i];
       if (i < kSmallSlots) t.small_requests += stats.size_slots[i];
@@ -99,6 +125,29 @@ std::vector<CollapseEvent> CollapseDetector::Update(TimePoint now, const Snapsho
     t.run_bytes += stats.missed_merge_run_bytes;
     t.back_merges += stats.back_merges;
     t.merges += stats.back_merges + stats.front_merges;
+  }
+  // A counter that went down (a multipath path disk removed from its head's sums, a device
+  // re-created, the BPF maps reloaded): the device's window restarts here. Every older sample
+  // takes the new values, so no window spans the reset: the deltas are 0 until new I/O comes,
+  // never a lifetime total taken as one window.
+  if (!samples_.empty()) {
+    const Sample& previous = samples_.back();
+    for (const auto& [name, totals] : sample.devices) {
+      auto it = previous.devices.find(name);
+      if (it == previous.devices.end()) continue;
+      const Totals& was = it->second;
+      bool reset = AnyDecrease(totals.requests, was.requests) || AnyDecrease(totals.bios, was.bios) ||
+                   AnyDecrease(totals.missed, was.missed) || AnyDecrease(totals.runs, was.runs) ||
+                   AnyDecrease(totals.merges, was.merges) || AnyDecrease(totals.request_bytes, was.request_bytes);
+      for (const auto& [origin, p] : was.origins) {
+        auto now_it = totals.origins.find(origin);
+        if (now_it == totals.origins.end() || AnyDecrease(now_it->second.requests, p.requests) ||
+            AnyDecrease(now_it->second.missed, p.missed) || AnyDecrease(now_it->second.merges, p.merges))
+          reset = true;
+      }
+      if (!reset) continue;
+      for (Sample& older : samples_) older.devices[name] = totals;
+    }
   }
   samples_.push_back(std::move(sample));
   // Keep the newest sample at or before the window's start as the base of the deltas.
@@ -111,68 +160,145 @@ std::vector<CollapseEvent> CollapseDetector::Update(TimePoint now, const Snapsho
   std::map<std::string, Totals> deltas;
   for (const auto& [name, totals] : current.devices) {
     auto it = base.devices.find(name);
-    Totals before = it != base.devices.end() ? it->second : Totals{};
-    // A counter that went down means the device was re-created: count from zero.
-    if (totals.requests < before.requests || totals.bios < before.bios) before = Totals{};
+    const Totals before = it != base.devices.end() ? it->second : Totals{};
     Totals delta{Sub(totals.requests, before.requests), Sub(totals.small_requests, before.small_requests),
                  Sub(totals.request_bytes, before.request_bytes), Sub(totals.missed, before.missed),
                  Sub(totals.back_merges, before.back_merges), Sub(totals.merges, before.merges),
                  Sub(totals.runs, before.runs), Sub(totals.run_bytes, before.run_bytes),
                  Sub(totals.bios, before.bios), Sub(totals.bio_bytes, before.bio_bytes), {}};
-    for (const auto& [origin, count] : totals.origin_requests) {
-      auto was = before.origin_requests.find(origin);
-      delta.origin_requests[origin] = Sub(count, was != before.origin_requests.end() ? was->second : 0);
+    for (const auto& [origin, p] : totals.origins) {
+      auto was = before.origins.find(origin);
+      const PairTotals b = was != before.origins.end() ? was->second : PairTotals{};
+      delta.origins[origin] = PairTotals{Sub(p.requests, b.requests), Sub(p.request_bytes, b.request_bytes),
+                                         Sub(p.missed, b.missed),     Sub(p.runs, b.runs),
+                                         Sub(p.run_bytes, b.run_bytes), Sub(p.merges, b.merges)};
     }
     deltas[name] = std::move(delta);
   }
 
   std::vector<CollapseEvent> events;
-  std::map<std::string, DiskState> next;
+  std::map<PairKey, DiskState> next;
   for (const auto& [name, delta] : deltas) {
     const BlockDevice* device = topology.FindByName(name);
-    if (device == nullptr || !IsCandidate(*device) || current.devices.at(name).requests == 0) continue;
-    DiskState state = disks_.count(name) ? disks_.at(name) : DiskState{};
-    state.evidence = Evaluate(name, delta, seconds, deltas, topology);
-    state.condition = seconds > 0 && Condition(state.evidence);
-    // The alert's upper label stays put while raised, and otherwise follows the upper
-    // device that last showed bios: a label that flips would end one series and start another.
-    if (!state.raised && (state.evidence.upper_mean_bio_bytes > 0 || state.upper.empty()))
-      state.upper = state.evidence.upper;
-    if (state.condition) {
-      state.has_healthy_since = false;
-      if (!state.has_condition_since) {
-        state.has_condition_since = true;
-        state.condition_since = now;
+    const Totals& cumulative = current.devices.at(name);
+    if (device == nullptr || !IsCandidate(*device) || cumulative.requests == 0) continue;
+    // One pair per upper device the disk's requests came from (remap chain), decided on that
+    // device's own requests, missed merges, runs and merges.
+    PairTotals attributed;
+    for (const auto& [origin, p] : delta.origins) {
+      attributed.requests += p.requests;
+      attributed.request_bytes += p.request_bytes;
+      attributed.missed += p.missed;
+      attributed.runs += p.runs;
+      attributed.run_bytes += p.run_bytes;
+      attributed.merges += p.merges;
+      const BlockDevice* upper = topology.FindByName(origin);
+      if (upper == nullptr || !EligibleUpper(*upper)) continue;
+      Step({name, origin}, now, EvaluatePair(origin, p, delta, seconds, deltas), seconds, topology, &next, &events);
+    }
+    // The rest: requests that came down no remap chain (I/O submitted to the disk or a
+    // partition). Without any remap data at all (no stacked I/O yet, or a source without
+    // remaps) the whole disk, with the upper device guessed from bio sizes.
+    const bool remap_data = !cumulative.origins.empty();
+    Totals rest = delta;
+    rest.origins.clear();
+    rest.requests = Sub(delta.requests, attributed.requests);
+    rest.small_requests = std::min(delta.small_requests, rest.requests);
+    rest.request_bytes = Sub(delta.request_bytes, attributed.request_bytes);
+    rest.missed = Sub(delta.missed, attributed.missed);
+    rest.runs = Sub(delta.runs, attributed.runs);
+    rest.run_bytes = Sub(delta.run_bytes, attributed.run_bytes);
+    rest.merges = Sub(delta.merges, attributed.merges);
+    rest.back_merges = std::min(delta.back_merges, rest.merges);
+    if (remap_data && rest.requests == 0 && !pairs_.count({name, ""})) continue;
+    CollapseEvidence e = Evaluate(name, rest, seconds, deltas, topology);
+    if (remap_data) {
+      e.upper.clear();
+      e.upper_mean_bio_bytes = 0;
+      e.upper_request_share = 0;
+    }
+    Step({name, ""}, now, e, seconds, topology, &next, &events);
+  }
+  // A pair that disappeared takes its state with it: nothing stays raised for a ghost.
+  for (const auto& [key, state] : pairs_) {
+    if (state.raised && !next.count(key))
+      events.push_back({false, key.first, state.upper, "merge collapse cleared on " + key.first + ": device removed"});
+  }
+  pairs_ = std::move(next);
+  return events;
+}
+
+void CollapseDetector::Step(const PairKey& key, TimePoint now, CollapseEvidence evidence, double seconds,
+                            const Topology& topology, std::map<PairKey, DiskState>* next,
+                            std::vector<CollapseEvent>* events) {
+  const std::string& name = key.first;
+  DiskState state = pairs_.count(key) ? pairs_.at(key) : DiskState{};
+  state.evidence = std::move(evidence);
+  state.condition = seconds > 0 && Condition(state.evidence);
+  // The alert's upper label stays put while raised, and otherwise follows the upper
+  // device that last showed bios: a label that flips would end one series and start another.
+  if (!key.second.empty()) {
+    state.upper = key.second;
+  } else if (!state.raised && (state.evidence.upper_mean_bio_bytes > 0 || state.upper.empty())) {
+    state.upper = state.evidence.upper;
+  }
+  if (state.condition) {
+    state.has_healthy_since = false;
+    if (!state.has_condition_since) {
+      state.has_condition_since = true;
+      state.condition_since = now;
+    }
+    if (!state.raised && now - state.condition_since >= policy_.raise_after) {
+      state.raised = true;
+      if (key.second.empty()) state.upper = state.evidence.upper;
+      events->push_back({true, name, state.upper, Describe(true, name, state.evidence, topology)});
+    }
+  } else {
+    state.has_condition_since = false;
+    if (state.raised) {
+      if (!state.has_healthy_since) {
+        state.has_healthy_since = true;
+        state.healthy_since = now;
       }
-      if (!state.raised && now - state.condition_since >= policy_.raise_after) {
-        state.raised = true;
-        state.upper = state.evidence.upper;
-        events.push_back({true, name, state.upper, Describe(true, name, state.evidence, topology)});
-      }
-    } else {
-      state.has_condition_since = false;
-      if (state.raised) {
-        if (!state.has_healthy_since) {
-          state.has_healthy_since = true;
-          state.healthy_since = now;
-        }
-        if (now - state.healthy_since >= policy_.clear_after) {
-          state.raised = false;
-          state.has_healthy_since = false;
-          events.push_back({false, name, state.upper, Describe(false, name, state.evidence, topology)});
-        }
+      if (now - state.healthy_since >= policy_.clear_after) {
+        state.raised = false;
+        state.has_healthy_since = false;
+        events->push_back({false, name, state.upper, Describe(false, name, state.evidence, topology)});
       }
     }
-    state.diagnosis = state.condition || state.raised ? Diagnose(name, state.evidence, topology) : Diagnosis{};
-    next[name] = state;
   }
-  // A disk that disappeared takes its state with it: nothing stays raised for a ghost.
-  for (const auto& [name, state] : disks_) {
-    if (state.raised && !next.count(name))
-      events.push_back({false, name, state.upper, "merge collapse cleared on " + name + ": device removed"});
+  state.diagnosis = state.condition || state.raised ? Diagnose(name, state.evidence, topology) : Diagnosis{};
+  (*next)[key] = std::move(state);
+}
+
+CollapseEvidence CollapseDetector::EvaluatePair(const std::string& origin, const PairTotals& p, const Totals& disk,
+                                                double seconds, const std::map<std::string, Totals>& deltas) const {
+  CollapseEvidence e;
+  e.window_seconds = seconds;
+  e.requests = p.requests;
+  e.requests_per_second = Ratio(static_cast<double>(p.requests), seconds);
+  // Request sizes are not kept per pair: the disk's share of requests of at most 4 KiB (informative only).
+  e.small_share = Ratio(static_cast<double>(disk.small_requests), static_cast<double>(disk.requests));
+  e.missed_share = Ratio(static_cast<double>(p.missed), static_cast<double>(p.requests));
+  e.merge_share = Ratio(static_cast<double>(p.merges), static_cast<double>(p.requests + p.merges));
+  e.back_merges_per_second = Ratio(static_cast<double>(p.merges), seconds);
+  // The size each request was made with (block_getrq): what the disk dispatched, unless bios merged
+  // into it later, which the merge share then shows.
+  e.mean_request_bytes = Ratio(static_cast<double>(p.request_bytes), static_cast<double>(p.requests));
+  e.runs_reported = p.runs > 0;
+  if (e.runs_reported) {
+    e.merged_request_bytes = Ratio(static_cast<double>(p.run_bytes), static_cast<double>(p.runs));
+  } else if (p.missed > 0) {
+    const uint64_t run_heads = p.requests > p.missed ? p.requests - p.missed : 1;
+    e.merged_request_bytes = e.mean_request_bytes * static_cast<double>(p.requests) / static_cast<double>(run_heads);
   }
-  disks_ = std::move(next);
-  return events;
+  e.upper = origin;
+  auto it = deltas.find(origin);
+  if (it != deltas.end())
+    e.upper_mean_bio_bytes = Ratio(static_cast<double>(it->second.bio_bytes), static_cast<double>(it->second.bios));
+  e.upper_request_share =
+      std::min(1.0, Ratio(static_cast<double>(p.requests), static_cast<double>(std::max(disk.requests, p.requests))));
+  return e;
 }
 
 CollapseEvidence CollapseDetector::Evaluate(const std::string& disk, const Totals& delta, double seconds,
@@ -223,8 +349,8 @@ CollapseEvidence CollapseDetector::Evaluate(const std::string& disk, const Total
     double mean = it != deltas.end() ? Ratio(static_cast<double>(it->second.bio_bytes),
                                              static_cast<double>(it->second.bios))
                                      : 0;
-    auto from = delta.origin_requests.find(upper);
-    const uint64_t origin_requests = from != delta.origin_requests.end() ? from->second : 0;
+    auto from = delta.origins.find(upper);
+    const uint64_t origin_requests = from != delta.origins.end() ? from->second.requests : 0;
     if (origin_requests > 0 || best_origin_requests > 0) {
       if (origin_requests > best_origin_requests) {
         best_origin_requests = origin_requests;
@@ -340,9 +466,21 @@ std::string CollapseDetector::Describe(bool onset, const std::string& disk, cons
 
 std::vector<DiskVerdict> CollapseDetector::Verdicts() const {
   std::vector<DiskVerdict> out;
-  for (const auto& [name, state] : disks_)
-    out.push_back({name, state.condition, state.raised, state.upper, state.evidence, state.diagnosis.evidence,
-                   state.diagnosis.cause, state.diagnosis.remedy});
+  std::map<PairKey, size_t> labels;  // one series per (device, upper) label pair
+  for (const auto& [key, state] : pairs_) {
+    DiskVerdict v{key.first,           state.condition,          state.raised,
+                  state.upper,         state.evidence,           state.diagnosis.evidence,
+                  state.diagnosis.cause, state.diagnosis.remedy};
+    auto [it, fresh] = labels.emplace(PairKey{v.device, v.upper}, out.size());
+    if (fresh) {
+      out.push_back(std::move(v));
+    } else if (!key.second.empty() || v.raised) {  // a guessed label met a remap pair: the pair wins
+      out[it->second] = std::move(v);
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const DiskVerdict& a, const DiskVerdict& b) {
+    return std::tie(a.device, a.upper) < std::tie(b.device, b.upper);
+  });
   return out;
 }
 

@@ -86,6 +86,10 @@ struct CollapseEvidence {
 // mean is the disk's own and only the setting tells the collapse apart).
 bool ReducedCondition(const CollapseEvidence& e, const CollapsePolicy& policy);
 
+// One verdict per candidate pair (disk, upper device the I/O was submitted to): the condition is
+// decided per pair, so a backup reading a snapshot pages beside any healthy I/O on its origin.
+// upper is "" (or, without any remap data, the guessed upper device) for the disk's I/O that came
+// down no remap chain.
 struct DiskVerdict {
   std::string device;
   bool condition = false;  // the collapse pattern holds over the current window
@@ -124,16 +128,21 @@ class CollapseDetector {
   struct Diagnosis {
     std::string where, evidence, cause, remedy, cleared_suffix;
   };
+  // What the disk's requests for one upper device (remap origin) showed: cumulative, read and write.
+  struct PairTotals {
+    uint64_t requests = 0, request_bytes = 0, missed = 0, runs = 0, run_bytes = 0, merges = 0;
+  };
   struct Totals {  // cumulative, read and write summed
     uint64_t requests = 0, small_requests = 0, request_bytes = 0, missed = 0, back_merges = 0, merges = 0;
     uint64_t runs = 0, run_bytes = 0;
-    uint64_t bios = 0, bio_bytes = 0;
-    std::map<std::string, uint64_t> origin_requests;  // requests created here, by remap origin
+    uint64_t bios = 0, bio_bytes = 0;  // read and write bios with data (block_bio_queue)
+    std::map<std::string, PairTotals> origins;  // requests created here, by remap origin
   };
   struct Sample {
     TimePoint time;
     std::map<std::string, Totals> devices;
   };
+  using PairKey = std::pair<std::string, std::string>;  // (disk, origin; "" = not remapped)
   struct DiskState {
     bool raised = false;
     bool condition = false;
@@ -147,8 +156,13 @@ class CollapseDetector {
   };
 
   bool IsCandidate(const BlockDevice& device) const;
+  bool EligibleUpper(const BlockDevice& device) const;
   CollapseEvidence Evaluate(const std::string& disk, const Totals& delta, double seconds,
                             const std::map<std::string, Totals>& deltas, const Topology& topology) const;
+  CollapseEvidence EvaluatePair(const std::string& origin, const PairTotals& pair, const Totals& disk,
+                                double seconds, const std::map<std::string, Totals>& deltas) const;
+  void Step(const PairKey& key, TimePoint now, CollapseEvidence evidence, double seconds, const Topology& topology,
+            std::map<PairKey, DiskState>* next, std::vector<CollapseEvent>* events);
   bool Condition(const CollapseEvidence& e) const;
   Diagnosis Diagnose(const std::string& disk, const CollapseEvidence& e, const Topology& topology) const;
   std::string Describe(bool onset, const std::string& disk, const CollapseEvidence& e,
@@ -158,7 +172,7 @@ class CollapseDetector {
   std::regex lower_regex_;
   std::deque<Sample> samples_;
   bool reduced_ = false;  // the last snapshot's evidence was reduced
-  std::map<std::string, DiskState> disks_;
+  std::map<PairKey, DiskState> pairs_;
 };
 
 }  // namespace mergewatch

@@ -132,17 +132,19 @@ std::vector<MetricFamily> CollapseFamilies(const std::vector<DiskVerdict>& verdi
     f->metric.reserve(verdicts.size());
   for (const DiskVerdict& v : verdicts) {
     const CollapseEvidence& e = v.evidence;
-    AddGauge(&collapse, {{"device", v.device}, {"upper", v.upper}}, v.raised ? 1 : 0);
-    AddGauge(&condition, {{"device", v.device}}, v.condition ? 1 : 0);
-    AddGauge(&rate, {{"device", v.device}}, e.requests_per_second);
-    AddGauge(&small, {{"device", v.device}}, e.small_share);
-    AddGauge(&missed, {{"device", v.device}}, e.missed_share);
-    AddGauge(&merges, {{"device", v.device}}, e.back_merges_per_second);
-    AddGauge(&lower, {{"device", v.device}}, e.mean_request_bytes);
-    AddGauge(&merged, {{"device", v.device}}, e.merged_request_bytes);
-    if (!e.upper.empty()) {
-      AddGauge(&upper, {{"device", v.device}, {"upper", e.upper}}, e.upper_mean_bio_bytes);
-      AddGauge(&upper_share, {{"device", v.device}, {"upper", e.upper}}, e.upper_request_share);
+    // Every evidence gauge carries the pair's labels: the evidence is decided per (disk, upper device).
+    const std::vector<ClientMetric::Label> pair = {{"device", v.device}, {"upper", v.upper}};
+    AddGauge(&collapse, pair, v.raised ? 1 : 0);
+    AddGauge(&condition, pair, v.condition ? 1 : 0);
+    AddGauge(&rate, pair, e.requests_per_second);
+    AddGauge(&small, pair, e.small_share);
+    AddGauge(&missed, pair, e.missed_share);
+    AddGauge(&merges, pair, e.back_merges_per_second);
+    AddGauge(&lower, pair, e.mean_request_bytes);
+    AddGauge(&merged, pair, e.merged_request_bytes);
+    if (!v.upper.empty()) {
+      AddGauge(&upper, pair, e.upper_mean_bio_bytes);
+      AddGauge(&upper_share, pair, e.upper_request_share);
     }
   }
   return Moved({&collapse, &condition, &rate, &small, &missed, &merges, &lower, &merged, &upper, &upper_share});

@@ -33,7 +33,7 @@ TEST(CollapseFamilies, ExportTheVerdictAndItsEvidence) {
   v.evidence.upper_mean_bio_bytes = 262144;
   const std::string text = Text(CollapseFamilies({v}));
   EXPECT_NE(text.find("mergewatch_merge_collapse{device=\"nvme1n1\",upper=\"dm-3\"} 1"), std::string::npos);
-  EXPECT_NE(text.find("mergewatch_collapse_small_request_ratio{device=\"nvme1n1\"} 1"), std::string::npos);
+  EXPECT_NE(text.find("mergewatch_collapse_small_request_ratio{device=\"nvme1n1\",upper=\"dm-3\"} 1"), std::string::npos);
   EXPECT_NE(text.find("mergewatch_collapse_upper_bio_bytes{device=\"nvme1n1\",upper=\"dm-3\"} 262144"),
             std::string::npos);
 }
