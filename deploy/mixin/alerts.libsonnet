@@ -23,13 +23,13 @@ local fold(text) = std.join(' ', std.split(std.rstripChars(text, '\n'), '\n')); 
             description: fold(|||
               Host {{ $labels.instance }}: requests dispatched to {{ $labels.device }} are no longer merged, so the
               disk receives many small requests where a few large ones would do:
-              {{ with printf "mergewatch_collapse_missed_merge_ratio{job='%s',instance='%s',device='%s'}" $labels.job $labels.instance $labels.device | query }}{{ . | first | value | humanizePercentage }}{{ else }}an unknown share{{ end }}
+              {{ with printf "mergewatch_collapse_missed_merge_ratio{job='%s',instance='%s',device='%s',upper='%s'}" $labels.job $labels.instance $labels.device $labels.upper | query }}{{ . | first | value | humanizePercentage }}{{ else }}an unknown share{{ end }}
               of
-              {{ with printf "mergewatch_collapse_requests_per_second{job='%s',instance='%s',device='%s'}" $labels.job $labels.instance $labels.device | query }}{{ . | first | value | humanize }}{{ else }}unknown{{ end }}
+              {{ with printf "mergewatch_collapse_requests_per_second{job='%s',instance='%s',device='%s',upper='%s'}" $labels.job $labels.instance $labels.device $labels.upper | query }}{{ . | first | value | humanize }}{{ else }}unknown{{ end }}
               requests/s were missed merges, mean request
-              {{ with printf "mergewatch_collapse_lower_request_bytes{job='%s',instance='%s',device='%s'}" $labels.job $labels.instance $labels.device | query }}{{ . | first | value | printf "%.0f" }} bytes{{ else }}unknown{{ end }}
+              {{ with printf "mergewatch_collapse_lower_request_bytes{job='%s',instance='%s',device='%s',upper='%s'}" $labels.job $labels.instance $labels.device $labels.upper | query }}{{ . | first | value | printf "%.0f" }} bytes{{ else }}unknown{{ end }}
               where merging would have built
-              {{ with printf "mergewatch_collapse_merged_request_bytes{job='%s',instance='%s',device='%s'}" $labels.job $labels.instance $labels.device | query }}{{ . | first | value | printf "%.0f" }} bytes{{ else }}unknown{{ end }}.
+              {{ with printf "mergewatch_collapse_merged_request_bytes{job='%s',instance='%s',device='%s',upper='%s'}" $labels.job $labels.instance $labels.device $labels.upper | query }}{{ . | first | value | printf "%.0f" }} bytes{{ else }}unknown{{ end }}.
               {{ if $labels.upper }}Device stacked above it: {{ $labels.upper }}{{ with printf "mergewatch_collapse_upper_bio_bytes{job='%s',instance='%s',device='%s',upper='%s'}" $labels.job $labels.instance $labels.device $labels.upper | query }}, receiving {{ . | first | value | printf "%.0f" }}-byte bios{{ end }}.{{ else }}No device is stacked above it.{{ end }}
               queue/nomerges of {{ $labels.device }} is
               {{ with printf "mergewatch_queue_nomerges{job='%s',instance='%s',device='%s'}" $labels.job $labels.instance $labels.device | query }}{{ . | first | value }}{{ else }}unknown{{ end }}

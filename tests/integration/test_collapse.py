@@ -35,7 +35,7 @@ def stop_fio(proc):
 def detector_state(daemon, dev):
     """(condition, raised) as the detector exports them; (0, 0) before it has seen the device."""
     s = daemon.scrape()
-    return (baseline(s, "mergewatch_collapse_condition", device=dev.name),
+    return (baseline(s, "mergewatch_collapse_condition", device=dev.name, upper=""),
             baseline(s, "mergewatch_merge_collapse", device=dev.name, upper=""))
 
 
@@ -83,12 +83,12 @@ def test_batched_4k_reads_with_nomerges_2_raise_and_clear_when_merging_returns(d
         # The evidence is the workload's exact shape: only 4 KiB requests, no back merge, and 62-63
         # of each 64-bio batch missed (two plug runs of 32; edges of the window add a little).
         s = detector.scrape()
-        assert value(s, "mergewatch_collapse_condition", device=dev.name) == 1
-        assert value(s, "mergewatch_collapse_small_request_ratio", device=dev.name) == 1
-        assert value(s, "mergewatch_collapse_lower_request_bytes", device=dev.name) == 4096
-        assert value(s, "mergewatch_collapse_back_merges_per_second", device=dev.name) == 0
-        assert 0.95 <= value(s, "mergewatch_collapse_missed_merge_ratio", device=dev.name) <= 0.99
-        assert value(s, "mergewatch_collapse_requests_per_second", device=dev.name) > 0
+        assert value(s, "mergewatch_collapse_condition", device=dev.name, upper="") == 1
+        assert value(s, "mergewatch_collapse_small_request_ratio", device=dev.name, upper="") == 1
+        assert value(s, "mergewatch_collapse_lower_request_bytes", device=dev.name, upper="") == 4096
+        assert value(s, "mergewatch_collapse_back_merges_per_second", device=dev.name, upper="") == 0
+        assert 0.95 <= value(s, "mergewatch_collapse_missed_merge_ratio", device=dev.name, upper="") <= 0.99
+        assert value(s, "mergewatch_collapse_requests_per_second", device=dev.name, upper="") > 0
         assert value(s, "mergewatch_queue_nomerges", device=dev.name) == 2
 
         dev.set_queue(nomerges=0)
@@ -119,7 +119,7 @@ def assert_never_raised(detector, dev, fio_args, seconds=RAISE_AFTER + WINDOW + 
         # The detector has a verdict for a disk from its first request on; until then there is
         # nothing to check (and a missing series must not read as "not raised").
         hang = time.monotonic() + HANG
-        while absent(detector.scrape(), "mergewatch_collapse_condition", device=dev.name):
+        while absent(detector.scrape(), "mergewatch_collapse_condition", device=dev.name, upper=""):
             assert time.monotonic() < hang, f"no detector verdict for {dev.name} within {HANG} s"
             time.sleep(0.25)
         deadline = time.monotonic() + seconds
@@ -128,8 +128,8 @@ def assert_never_raised(detector, dev, fio_args, seconds=RAISE_AFTER + WINDOW + 
             s = detector.scrape()
             state = "\n".join(l for l in detector.scrape_text().splitlines() if "collapse" in l and dev.name in l)
             assert value(s, "mergewatch_merge_collapse", device=dev.name, upper="") == 0, state
-            assert value(s, "mergewatch_collapse_condition", device=dev.name) == 0, state
-            seen_requests |= value(s, "mergewatch_collapse_requests_per_second", device=dev.name) > 0
+            assert value(s, "mergewatch_collapse_condition", device=dev.name, upper="") == 0, state
+            seen_requests |= value(s, "mergewatch_collapse_requests_per_second", device=dev.name, upper="") > 0
             time.sleep(0.5)
         if fio is not None:
             assert seen_requests, "the workload never reached the device"
