@@ -436,25 +436,13 @@ CollapseDetector::Diagnosis CollapseDetector::Diagnose(const std::string& disk, 
     for (const std::string& q : queues) where += " " + q;
     where += ")";
   }
-  std::string queue_names, nomerges_path;
-  for (const std::string& q : queues) {
-    queue_names += (queue_names.empty() ? "" : ",") + q;
-    nomerges_path += (nomerges_path.empty() ? "" : " ") + ("/sys/block/" + q + "/queue/nomerges");
-  }
-  std::string cause, remedy;
-  if (nomerges == 2) {
-    cause = "nomerges=2 on " + queue_names + " (the block layer attempts no merge at all)";
-    remedy = queues.size() == 1 ? "echo 0 > " + nomerges_path : "for q in " + nomerges_path + "; do echo 0 > $q; done";
-  } else if (nomerges >= 0) {
-    cause = "nomerges=" + std::to_string(nomerges) + " on " + queue_names +
-            " allows merging, yet contiguous requests went down separately: the bios may be marked "
-            "unmergeable (REQ_NOMERGE) by a layer above";
-    remedy = "check the stacking driver and kernel for a merge fix; nomerges is not the cause";
-  } else {
-    cause = "could not read " + nomerges_path;
-    remedy = "check " + nomerges_path;
-  }
-  return {where, evidence, cause, remedy, "; nomerges=" + std::to_string(nomerges) + " on " + queue_names};
+  std::string queue_names;
+  for (const std::string& q : queues) queue_names += (queue_names.empty() ? "" : ",") + q;
+  // One source for cause and remedy: the onset line, /status and `mergewatch status` all read it.
+  const BlockDevice* lower = topology.FindByName(queues[0]);
+  const Remedy r = CollapseRemedy({queues, nomerges, lower != nullptr ? lower->queue.scheduler : "", e.upper,
+                                   e.mean_request_bytes});
+  return {where, evidence, r.cause, r.remedy, "; nomerges=" + std::to_string(nomerges) + " on " + queue_names};
 }
 
 std::string CollapseDetector::Describe(bool onset, const std::string& disk, const CollapseEvidence& e,
@@ -462,6 +450,55 @@ std::string CollapseDetector::Describe(bool onset, const std::string& disk, cons
   const Diagnosis d = Diagnose(disk, e, topology);
   if (!onset) return "merge collapse cleared on " + d.where + ": " + d.evidence + d.cleared_suffix;
   return "merge collapse on " + d.where + ": " + d.evidence + ". Cause: " + d.cause + ". Remedy: " + d.remedy;
+}
+
+Remedy CollapseRemedy(const RemedyInput& in) {
+  std::string names, paths;
+  for (const std::string& q : in.queues) {
+    names += (names.empty() ? "" : ",") + q;
+    paths += (paths.empty() ? "" : " ") + ("/sys/block/" + q + "/queue/nomerges");
+  }
+  const std::string set_zero =
+      in.queues.size() == 1 ? "echo 0 > " + paths : "for q in " + paths + "; do echo 0 > $q; done";
+  Remedy r;
+  if (in.nomerges == 2) {
+    // blk_queue_nomerges(): no plug merge, no software-queue merge, no scheduler merge.
+    r.cause = "nomerges=2 on " + names + " (the block layer attempts no merge at all)";
+    r.remedy = set_zero;
+    if (!in.upper.empty() && in.mean_request_bytes > 0)
+      r.remedy += " (" + in.upper + " cuts its bios into " + Number(in.mean_request_bytes) +
+                  "-byte pieces, its chunk or stripe size; merging joins them again at the disk)";
+  } else if (in.nomerges == 1) {
+    // QUEUE_FLAG_NOXMERGES: elv_merge() skips the scheduler's hash lookup and tries only its one-hit
+    // last_merge; the plug still merges. The misses counted here are those lookups.
+    r.cause = "nomerges=1 on " + names +
+              " (the I/O scheduler looks up no merge candidate but its last one, elv_merge(): the contiguous "
+              "requests it did not look up are the missed merges)";
+    r.remedy = set_zero;
+  } else if (in.nomerges == 0 && in.scheduler == "kyber") {
+    r.cause = "the kyber scheduler on " + names +
+              " merges a bio only with requests in the submitting CPU's software queue (kyber_bio_merge()): "
+              "contiguous I/O submitted from several CPUs stays unmerged";
+    r.remedy = "echo mq-deadline > /sys/block/" + in.queues[0] + "/queue/scheduler (or none)";
+  } else if (in.nomerges == 0 && in.scheduler == "bfq") {
+    r.cause = "the bfq scheduler on " + names +
+              " refuses merges across its per-process queues (bfq_allow_bio_merge()): contiguous I/O from several "
+              "processes or cgroups stays unmerged";
+    r.remedy = "echo mq-deadline > /sys/block/" + in.queues[0] + "/queue/scheduler (or none)";
+  } else if (in.nomerges == 0) {
+    // Bios split by the block layer carry REQ_NOMERGE and are never counted as missed merges here
+    // (merge_rules.h refuses them), so a split is never the cause of this page.
+    r.cause = "nomerges=0 on " + names +
+              " allows merging, yet contiguous mergeable requests went down separately in one plug or scheduler "
+              "queue; on Linux 6.13 to 6.15 without the stable fix \"block: use plug request list tail for "
+              "one-shot backmerge attempt\" the plug tries its oldest request only (e70c301faece)";
+    r.remedy = "update the kernel to one with that fix (6.16, or a 6.12/6.15 stable release carrying it); "
+               "nomerges and the scheduler are not the cause";
+  } else {
+    r.cause = "could not read " + paths;
+    r.remedy = "check " + paths;
+  }
+  return r;
 }
 
 std::vector<DiskVerdict> CollapseDetector::Verdicts() const {

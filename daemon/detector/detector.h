@@ -112,6 +112,21 @@ struct CollapseEvent {
   std::string message;
 };
 
+// The cause of a collapse and what to do, from the queue settings the kernel merged under. Pure, so
+// each cause has its unit test (tests/unit/detector/detector_test.cpp, CollapseRemedy).
+struct RemedyInput {
+  std::vector<std::string> queues;  // the request queues where merging happens (the multipath paths, or the disk)
+  int nomerges = -1;                // the worst of those queues; -1 unreadable
+  std::string scheduler;            // the disk's active I/O scheduler ("" unknown)
+  std::string upper;                // the device the I/O was submitted to ("" none)
+  double mean_request_bytes = 0;
+};
+struct Remedy {
+  std::string cause;
+  std::string remedy;
+};
+Remedy CollapseRemedy(const RemedyInput& in);
+
 class CollapseDetector {
  public:
   explicit CollapseDetector(CollapsePolicy policy);

@@ -765,6 +765,65 @@ TEST(CollapseDetector, AWindowNeverSpansACounterReset) {
   }
 }
 
+// ---------------------------------------------------------------------------
+// The remedy for each cause (issue 22 item 5).
+bool Has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+TEST(CollapseRemedy, Nomerges2SetsNomergesToZeroAndNamesTheChunkPieces) {
+  const Remedy r = CollapseRemedy({{"nvme1n1"}, 2, "none", "dm-3", 4096});
+  EXPECT_TRUE(Has(r.cause, "nomerges=2 on nvme1n1")) << r.cause;
+  EXPECT_TRUE(Has(r.remedy, "echo 0 > /sys/block/nvme1n1/queue/nomerges")) << r.remedy;
+  EXPECT_TRUE(Has(r.remedy, "dm-3 cuts its bios into 4096-byte pieces")) << r.remedy;
+  const Remedy paths = CollapseRemedy({{"nvme2c1n1", "nvme2c2n1"}, 2, "none", "", 0});
+  EXPECT_TRUE(Has(paths.remedy, "for q in /sys/block/nvme2c1n1/queue/nomerges /sys/block/nvme2c2n1/queue/nomerges"))
+      << paths.remedy;
+}
+
+// nomerges=1 turns off the scheduler's lookups (elv_merge()): those are the misses counted, so it IS the
+// cause (the old text said "nomerges is not the cause").
+TEST(CollapseRemedy, Nomerges1IsTheCauseWhenTheSchedulerMissedTheMerges) {
+  const Remedy r = CollapseRemedy({{"sda"}, 1, "mq-deadline", "", 4096});
+  EXPECT_TRUE(Has(r.cause, "nomerges=1 on sda")) << r.cause;
+  EXPECT_TRUE(Has(r.cause, "elv_merge()")) << r.cause;
+  EXPECT_TRUE(Has(r.remedy, "echo 0 > /sys/block/sda/queue/nomerges")) << r.remedy;
+  EXPECT_FALSE(Has(r.remedy, "not the cause")) << r.remedy;
+}
+
+TEST(CollapseRemedy, KyberAndBfqNameTheSchedulerAndItsRule) {
+  const Remedy kyber = CollapseRemedy({{"nvme0n1"}, 0, "kyber", "", 4096});
+  EXPECT_TRUE(Has(kyber.cause, "kyber_bio_merge()")) << kyber.cause;
+  EXPECT_TRUE(Has(kyber.remedy, "echo mq-deadline > /sys/block/nvme0n1/queue/scheduler")) << kyber.remedy;
+  const Remedy bfq = CollapseRemedy({{"sdb"}, 0, "bfq", "", 4096});
+  EXPECT_TRUE(Has(bfq.cause, "bfq_allow_bio_merge()")) << bfq.cause;
+  EXPECT_TRUE(Has(bfq.remedy, "/sys/block/sdb/queue/scheduler")) << bfq.remedy;
+}
+
+// Merging on, no scheduler to blame: REQ_NOMERGE splits are never counted as missed merges (merge_rules.h
+// refuses them), so what remains is the kernel: the 6.13-6.15 plug rule.
+TEST(CollapseRemedy, MergingOnPointsAtTheKernelNotAtNomergesOrSplits) {
+  const Remedy r = CollapseRemedy({{"nvme0n1"}, 0, "none", "dm-0", 8192});
+  EXPECT_TRUE(Has(r.cause, "e70c301faece")) << r.cause;
+  EXPECT_TRUE(Has(r.remedy, "update the kernel")) << r.remedy;
+  EXPECT_FALSE(Has(r.remedy, "echo 0 >")) << r.remedy;
+  const Remedy unknown = CollapseRemedy({{"nvme0n1"}, -1, "", "", 0});
+  EXPECT_TRUE(Has(unknown.cause, "could not read /sys/block/nvme0n1/queue/nomerges")) << unknown.cause;
+}
+
+// A REQ_NOMERGE split (bio_split() marks the remainder) is refused by the rule: never a missed merge.
+TEST(CollapseRemedy, SplitsMarkedNomergeAreNeverMissedMerges) {
+  mw_merge_side rq{};
+  rq.sectors = 8;
+  rq.segments = 1;
+  rq.op = MW_OP_READ;
+  mw_merge_side split = rq;
+  split.sector = 8;
+  split.flags = MW_F_NOMERGE;
+  mw_merge_limits lim{};
+  lim.max_sectors = 2560;
+  lim.max_segments = 128;
+  EXPECT_EQ(mw_back_merge_verdict(&rq, &split, &lim), MW_MERGE_NOMERGE_FLAGS);
+}
+
 TEST(ParseDuration, AcceptsUnitsAndRejectsTheRest) {
   Duration d;
   ASSERT_TRUE(ParseDuration("10s", &d));
