@@ -184,16 +184,18 @@ std::vector<CollapseEvent> CollapseDetector::Update(TimePoint now, const Snapsho
     if (device == nullptr || !IsCandidate(*device) || cumulative.requests == 0) continue;
     // One pair per upper device the disk's requests came from (remap chain), decided on that
     // device's own requests, missed merges, runs and merges.
+    // Requests of an upper device the policy does not accept (md under --collapse.require-upper=dm)
+    // stay in the rest, with no upper label.
     PairTotals attributed;
     for (const auto& [origin, p] : delta.origins) {
+      const BlockDevice* upper = topology.FindByName(origin);
+      if (upper == nullptr || !EligibleUpper(*upper)) continue;
       attributed.requests += p.requests;
       attributed.request_bytes += p.request_bytes;
       attributed.missed += p.missed;
       attributed.runs += p.runs;
       attributed.run_bytes += p.run_bytes;
       attributed.merges += p.merges;
-      const BlockDevice* upper = topology.FindByName(origin);
-      if (upper == nullptr || !EligibleUpper(*upper)) continue;
       Step({name, origin}, now, EvaluatePair(origin, p, delta, seconds, deltas), seconds, topology, &next, &events);
     }
     // The rest: requests that came down no remap chain (I/O submitted to the disk or a

@@ -75,17 +75,17 @@ def test_require_upper_any_raises_for_md_and_dm_only_does_not(res):
     assert value(anyp, "mergewatch_merge_collapse", device=DISK, upper="md0") == 1
     # A window share, not a count: another request on the disk in the window (LVM's or md's own
     # metadata I/O) moves it off 1 (0.9988 once in CI).
-    assert value(anyp, "mergewatch_collapse_small_request_ratio", device=DISK) >= 0.99
+    assert value(anyp, "mergewatch_collapse_small_request_ratio", device=DISK, upper="md0") >= 0.99
     # The window's mean request size: the same foreign requests move it too, and a few large ones
     # move it more than the share (4175 once in CI). A collapse at 8 KiB would be twice 4096.
-    assert 4096 * 0.9 <= value(anyp, "mergewatch_collapse_lower_request_bytes", device=DISK) <= 4096 * 1.1
+    assert 4096 * 0.9 <= value(anyp, "mergewatch_collapse_lower_request_bytes", device=DISK, upper="md0") <= 4096 * 1.1
     assert value(anyp, "mergewatch_collapse_upper_bio_bytes", device=DISK, upper="md0") >= 8 * 4096
     assert value(anyp, "mergewatch_collapse_upper_request_ratio", device=DISK, upper="md0") > 0.95
     assert value(anyp, "mergewatch_device_holder_info", device=DISK, holder="md0") == 1
     assert value(anyp, "mergewatch_bpf_program_attached", tracepoint="block_bio_queue", mode="tp_btf") == 1
     # Same evidence, but under the default policy md is not an eligible upper device.
-    assert value(dmp, "mergewatch_collapse_small_request_ratio", device=DISK) == 1
-    assert value(dmp, "mergewatch_collapse_condition", device=DISK) == 0
+    assert value(dmp, "mergewatch_collapse_small_request_ratio", device=DISK, upper="") == 1
+    assert value(dmp, "mergewatch_collapse_condition", device=DISK, upper="") == 0
     raised = {dict(k[1]).get("upper"): v for k, v in dmp.items()
               if k[0] == "mergewatch_merge_collapse" and dict(k[1]).get("device") == DISK}
     assert raised and not any(raised.values()), raised
