@@ -2,11 +2,13 @@
 // The merge-collapse detector on synthetic snapshots with a fake clock: the cases that
 // must raise, and the small-I/O cases that must never page anyone.
 #include "detector/detector.h"
+#include "http/status_json.h"
 #include "mergewatch/merge_rules.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <cctype>
 
 namespace mergewatch {
@@ -627,6 +629,44 @@ TEST(CollapsePerUpper, ABackupReadingASnapshotPagesBesideABusyOriginAndNamesTheS
   EXPECT_FALSE(origin->condition);
   // The whole disk's share is what hid it: 1550 of 9300.
   EXPECT_LT(1550.0 / 9300, policy.min_missed_share);
+}
+
+// One source of cause and remedy per pair: the snapshot's verdict carries the words of its own onset
+// line, the healthy origin's none, and /status shows each (disk, upper) pair of the disk on its own.
+TEST(CollapsePerUpper, StatusShowsEachPairWithItsOwnEvidenceCauseAndRemedy) {
+  CollapsePolicy policy;
+  policy.raise_after = seconds(2);
+  PairFeeder f(policy);
+  std::vector<CollapseEvent> events = f.Run(10, {SnapshotBackup(), LiveRandomReaders()});
+  ASSERT_EQ(events.size(), 1u);
+  const DiskVerdict snap = *f.Find("dm-3");
+  const DiskVerdict origin = *f.Find("dm-1");
+  EXPECT_EQ(snap.cause, "nomerges=2 on nvme1n1 (the block layer attempts no merge at all)");
+  EXPECT_EQ(snap.remedy,
+            "echo 0 > /sys/block/nvme1n1/queue/nomerges (dm-3 cuts its bios into 4096-byte pieces, its chunk or "
+            "stripe size; merging joins them again at the disk)");
+  EXPECT_EQ(events[0].message, "merge collapse on nvme1n1 (under dm-3): " + snap.evidence_text +
+                                   ". Cause: " + snap.cause + ". Remedy: " + snap.remedy);
+  EXPECT_EQ(origin.cause, "");
+  EXPECT_EQ(origin.remedy, "");
+  const nlohmann::json doc = nlohmann::json::parse(StatusJson({"v", f.Verdicts(), {}}));
+  std::map<std::string, nlohmann::json> by_upper;
+  for (const nlohmann::json& v : doc["verdicts"]) {
+    EXPECT_EQ(v["device"], "nvme1n1");
+    by_upper[v["upper"].get<std::string>()] = v;
+  }
+  ASSERT_EQ(by_upper.count("dm-3"), 1u);
+  ASSERT_EQ(by_upper.count("dm-1"), 1u);
+  EXPECT_EQ(by_upper["dm-3"]["state"], "collapsed");
+  EXPECT_EQ(by_upper["dm-3"]["remedy"], snap.remedy);
+  // The pair's own requests over the window (1600 a second), not the disk's (9300 a second).
+  EXPECT_EQ(by_upper["dm-3"]["evidence"]["requests"], snap.evidence.requests);
+  EXPECT_EQ(snap.evidence.requests % 1600, 0u);
+  EXPECT_GT(snap.evidence.requests, 0u);
+  EXPECT_EQ(by_upper["dm-3"]["evidence"]["upper_bio_bytes"], 131072.0);
+  EXPECT_EQ(by_upper["dm-1"]["state"], "ok");
+  EXPECT_EQ(by_upper["dm-1"]["evidence"]["upper_bio_bytes"], 8192.0);
+  EXPECT_EQ(by_upper["dm-1"]["remedy"], "");
 }
 
 // However much healthy I/O the origin does, and even when it merges well (a sequential reader with
