@@ -9,6 +9,12 @@
 #      readahead bio into 4 KiB pieces (the 2019 pattern, md instead of dm-snapshot); with nomerges=2 the
 #      daemon with require-upper=any raises collapse{upper=md0}, the one with the default (dm)
 #      does not.
+#   3. Several disks under one upper device (run-vm.sh --nvme-disks 2, serials mwnvme1/2): an LVM
+#      snapshot (4 KiB chunks) over md RAID0 (4 KiB chunks) over both disks, then over a striped
+#      LV (64 KiB stripes) over both. Batched direct 64 KiB reads of the snapshot, cut into 4 KiB
+#      pieces by its chunks and spread over both disks, so each task's plug holds requests of two
+#      queues (A0 B0 A1 ...). nomerges=0: quiet; nomerges=2: collapse{device=each disk,
+#      upper=the snapshot}; counts of bounded reads against /sys/block/X/stat at both.
 # Destroys vg0 and the PV on nvme0n1 (the scenario is done with them).
 # Output in $MW_OUT/stacking/: results.txt (key=value), *.prom scrapes, daemon-{dm,any}.log.
 set -euo pipefail
@@ -63,6 +69,114 @@ start_daemon() {	# start_daemon NAME PORT ARGS...
 	"$DAEMON" --web.listen-address=127.0.0.1:"$port" --topology.refresh-interval=1s "$@" \
 		> "$OUT/daemon-$name.log" 2>&1 &
 	pids+=($!)
+}
+
+# ---------------------------------------------------------------- 3 (run after 2, defined here)
+# The whole disk whose controller reports serial $1.
+disk_by_serial() {
+	local d serial
+	for d in /sys/block/nvme*; do
+		[ -e "$d/dev" ] && [ -r "$d/device/serial" ] || continue
+		read -r serial < "$d/device/serial"
+		[ "$serial" = "$1" ] && { echo "${d##*/}"; return 0; }
+	done
+	return 1
+}
+dm_of() {	# the kernel name (dm-N) of a dm device by its dm name
+	local d
+	for d in /sys/block/dm-*; do [ "$(cat "$d/dm/name")" = "$1" ] && { echo "${d##*/}"; return 0; }; done
+	return 1
+}
+# Batched direct reads of the snapshot: 64 KiB bios (16 x its 4 KiB chunks), eight per io_submit, so
+# each submission's plug holds the pieces of eight bios, over both disks. --thread: one process.
+# Started as `fio "${READ_SNAP[@]}" ... &`, so that $! is fio itself and killing it ends the reads.
+READ_SNAP=(--name=multi --readonly --thread --direct=1 --rw=read --bs=64k --ioengine=libaio
+	--iodepth=8 --iodepth_batch_submit=8 --iodepth_batch_complete_min=8 --output=/dev/null)
+# One stack: nomerges=0 quiet while reading, a bounded read counted, then nomerges=2 raised on both
+# disks' (disk, snapshot) pairs, a bounded read counted. Files $OUT/multi-STACK-*.
+multi_stack_cases() {	# multi_stack_cases STACK SNAPDEV
+	local st=$1 dev=$2 snap q nm i t p
+	snap=$(dm_of "${dev#/dev/mapper/}") || die "$st: no dm device for $dev"
+	res "${st}_upper" "$snap"
+	p="$OUT/multi-$st"
+	for nm in 0 2; do
+		for q in $MD1 $MD2; do
+			echo none > /sys/block/$q/queue/scheduler
+			echo $nm > /sys/block/$q/queue/nomerges
+		done
+		sleep 4	# a window with no reads: set-up I/O (lvcreate, mdadm) leaves it, a raise from before clears
+		log "$st: nomerges=$nm on $MD1 $MD2, batched direct reads of $dev ($snap)"
+		fio "${READ_SNAP[@]}" --filename="$dev" --time_based --runtime=60 --size=32m &
+		reader=$!
+		if [ $nm = 2 ]; then
+			for q in $MD1 $MD2; do
+				t=$(wait_series 19873 "mergewatch_merge_collapse{device=\"$q\",upper=\"$snap\"}" 1 40) ||
+					{ curl -fsS "$(url 19873)" | grep collapse > "$p-nm2-timeout.prom" || true
+					  die "$st: no collapse on ($q, $snap) ($t)"; }
+				res "${st}_nm2_raised_${q}_seconds" "$t"
+			done
+			curl -fsS --max-time 10 -o "$p-nm2.prom" "$(url 19873)"
+			curl -fsS --max-time 10 -o "$p-nm2-status.json" "http://127.0.0.1:19873/status"
+		else
+			# Quiet: every scrape over a window plus raise-after (and more: a scrape takes seconds under TCG
+			# while fio runs) while the reads run.
+			for i in $(seq 1 4); do
+				sleep 1
+				curl -fsS --max-time 10 -o "$p-nm0-poll-$i.prom" "$(url 19873)"
+			done
+		fi
+		kill "$reader"; wait "$reader" 2>/dev/null || true
+		reader=
+		sleep 1.5
+		# A bounded read, counted: 4 MiB = 64 bios at the snapshot.
+		curl -fsS --max-time 10 -o "$p-nm$nm-before.prom" "$(url 19873)"
+		for q in $MD1 $MD2; do cat /sys/block/$q/stat > "$p-nm$nm-$q-stat-before.txt"; done
+		fio "${READ_SNAP[@]}" --filename="$dev" --size=4m
+		for q in $MD1 $MD2; do cat /sys/block/$q/stat > "$p-nm$nm-$q-stat-after.txt"; done
+		sleep 1.5
+		curl -fsS --max-time 10 -o "$p-nm$nm-after.prom" "$(url 19873)"
+	done
+	for q in $MD1 $MD2; do echo 0 > /sys/block/$q/queue/nomerges; done
+}
+multi_disk_stacks() {
+	modprobe -a dm-snapshot dm-mod raid0
+	MD1=$(disk_by_serial mwnvme1) && MD2=$(disk_by_serial mwnvme2) ||
+		die "no NVMe disks with serials mwnvme1/mwnvme2 (run-vm.sh --nvme-disks 2)"
+	res multi_disks "$MD1,$MD2"
+	res multi_devnos "$(cat /sys/block/$MD1/dev),$(cat /sys/block/$MD2/dev)"
+	start_daemon multi 19873 "${POLICY[@]}"
+	wait_series 19873 "$BIOQ" 0 60 > /dev/null || die "multi daemon not serving"
+
+	# md RAID0, 4 KiB chunks, over both disks; an LVM snapshot (4 KiB chunks) of an LV on it.
+	mdadm --create /dev/md1 --run --force --level=0 --chunk=4 --raid-devices=2 --metadata=1.2 /dev/$MD1 /dev/$MD2 2>&1
+	res md1_level "$(cat /sys/block/md1/md/level)"
+	res md1_chunk_bytes "$(cat /sys/block/md1/md/chunk_size)"
+	res md1_members "$(cd /sys/block/md1/slaves && echo * | tr ' ' ,)"
+	lvm_ pvcreate -q -y -ff /dev/md1
+	lvm_ vgcreate -q vgmd /dev/md1
+	lvm_ lvcreate -q -y -L 96M -n origin vgmd
+	lvm_ lvcreate -q -y -s -c 4k -L 32M -n snap vgmd/origin
+	multi_stack_cases md /dev/mapper/vgmd-snap
+	lvm_ vgremove -q -f vgmd
+	lvm_ pvremove -q -y -ff /dev/md1
+	mdadm --stop /dev/md1 2>&1
+	mdadm --zero-superblock /dev/$MD1 /dev/$MD2
+
+	# A striped LV, 64 KiB stripes over both disks; an LVM snapshot (4 KiB chunks) of it.
+	lvm_ pvcreate -q -y -ff /dev/$MD1 /dev/$MD2
+	lvm_ vgcreate -q vgst /dev/$MD1 /dev/$MD2
+	lvm_ lvcreate -q -y -i 2 -I 64k -L 96M -n origin vgst
+	res striped_table "$(dmsetup table vgst-origin-real 2>/dev/null || dmsetup table vgst-origin)"
+	lvm_ lvcreate -q -y -s -c 4k -L 32M -n snap vgst/origin
+	multi_stack_cases striped /dev/mapper/vgst-snap
+	lvm_ vgremove -q -f vgst
+	lvm_ pvremove -q -y -ff /dev/$MD1 /dev/$MD2
+
+	kill -TERM "${pids[-1]}"
+	rc=0; wait "${pids[-1]}" || rc=$?
+	res daemon_exit_multi "$rc"
+	unset 'pids[-1]'
+	log "multi-disk stacks done"
 }
 
 # ---------------------------------------------------------------- 1. LVM after the daemon started
@@ -134,5 +248,10 @@ for i in "${!pids[@]}"; do
 done
 pids=()
 mdadm --stop /dev/md0 2>&1
+
+# ---------------------------------------------------------------- 3. several disks under one snapshot
+if [ "${MW_NVME_DISKS:-0}" -ge 2 ]; then
+	multi_disk_stacks
+fi
 res done 1
 log "done"

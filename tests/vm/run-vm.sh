@@ -23,6 +23,9 @@
 #                          (the guest shows a head nvmeXnY and path disks nvmeXc*nY)
 #     --part-disk          also give the guest a second single-path NVMe disk (serial mwpart01)
 #                          that the scenario partitions, for LVM on a partition
+#     --nvme-disks N       also give the guest N more single-path NVMe disks (serials
+#                          mwnvme1..N, 1 GiB each), for md RAID0 and striped LVs over several
+#                          disks (guest-stacking.sh's multi-disk part)
 #     --rotational-disks N also give the guest N emulated 7200 rpm disks (QEMU scsi-hd, serials
 #                          mwrot1..N) on one single-queue virtio-scsi controller: the
 #                          rotational single-queue disks of an HDD host, for the queue findings
@@ -45,7 +48,7 @@
 # Every option also reads an environment variable: MW_VM_OUT, MW_VM_DAEMON,
 # MW_VM_DAEMON_ARGS, MW_VM_METRICS_URL, MW_VM_DETECT_WAIT, MW_VM_CASES,
 # MW_VM_FILE_MB, MW_VM_READER, MW_VM_BPFTRACE=1, MW_VM_SYSTEMD=1, MW_VM_PACKAGE, MW_VM_UNIT_DROPIN,
-# MW_VM_TIMEOUT, MW_VM_SMP, MW_VM_MEM, MW_VM_MULTIPATH=1, MW_VM_PART_DISK=1, MW_VM_SCRIPT;
+# MW_VM_TIMEOUT, MW_VM_SMP, MW_VM_MEM, MW_VM_MULTIPATH=1, MW_VM_PART_DISK=1, MW_VM_NVME_DISKS, MW_VM_SCRIPT;
 # MW_VM_DIR is setup.sh's build dir (default <repo>/build/vm).
 #
 # Exit status: the guest scenario's status; 124 = qemu timed out; 125 = the
@@ -76,6 +79,7 @@ mem=${MW_VM_MEM:-2048}
 multipath=${MW_VM_MULTIPATH:-0}
 part_disk=${MW_VM_PART_DISK:-0}
 rotational_disks=${MW_VM_ROTATIONAL_DISKS:-0}
+nvme_disks=${MW_VM_NVME_DISKS:-0}
 script=${MW_VM_SCRIPT:-$here/guest-scenario.sh}
 extra_append=${MW_VM_APPEND:-}
 stacking=${MW_VM_STACKING:-1}
@@ -102,6 +106,7 @@ while [ $# -gt 0 ]; do
 	--multipath) multipath=1; shift ;;
 	--part-disk) part_disk=1; shift ;;
 	--rotational-disks) rotational_disks=$2; shift 2 ;;
+	--nvme-disks) nvme_disks=$2; shift 2 ;;
 	--script) script=$2; shift 2 ;;
 	--append) extra_append=$2; shift 2 ;;
 	--no-stacking) stacking=0; shift ;;
@@ -116,6 +121,7 @@ die() { printf 'run-vm: ERROR: %s\n' "$*" >&2; exit 2; }
 
 [ "$(id -u)" -eq 0 ] || die "must run as root (the guest reads the host's root over 9p)"
 [[ "$rotational_disks" =~ ^[0-9]$ ]] || die "--rotational-disks '$rotational_disks': a number of disks from 0 to 9"
+[[ "$nvme_disks" =~ ^[0-9]$ ]] || die "--nvme-disks '$nvme_disks': a number of disks from 0 to 9"
 [ -f "$vmdir/vm.env" ] || die "$vmdir/vm.env missing: run tests/vm/setup.sh first"
 # shellcheck source=/dev/null
 . "$vmdir/vm.env"
@@ -174,6 +180,7 @@ touch "$out/.mw-vm-run"
 	printf 'MW_PACKAGE=%q\n' "$package"
 	printf 'MW_MULTIPATH=%q\n' "$multipath"
 	printf 'MW_PART_DISK=%q\n' "$part_disk"
+	printf 'MW_NVME_DISKS=%q\n' "$nvme_disks"
 	printf 'MW_STACKING=%q\n' "$stacking"
 } > "$out/guest.env"
 
@@ -248,6 +255,14 @@ if [ "$part_disk" = 1 ]; then
 	truncate -s 1G "$partdisk"
 	mpargs+=(-drive "file=$partdisk,if=none,id=pd0,format=raw,cache=unsafe" -device nvme,serial=mwpart01,drive=pd0)
 fi
+nvmedisks=()
+# Single-path NVMe disks for the multi-disk stacks, after the scenario's disk (it stays nvme0);
+# the guest finds them by serial, never by name (controllers are numbered in probe order).
+for i in $(seq 1 "$nvme_disks"); do
+	nvmedisks+=("$(mktemp "$vmdir/nvme-extra-XXXXXX.img")")
+	truncate -s 1G "${nvmedisks[-1]}"
+	mpargs+=(-drive "file=${nvmedisks[-1]},if=none,id=nx$i,format=raw,cache=unsafe" -device "nvme,serial=mwnvme$i,drive=nx$i")
+done
 rotdisks=()
 if [ "$rotational_disks" -gt 0 ]; then
 	# num_queues=1: one hardware queue per disk, as a SATA HDD has (the kernel then picks mq-deadline
@@ -282,6 +297,7 @@ cleanup() {
 	[ -z "$mpdisk" ] || rm -f "$mpdisk"
 	[ -z "$partdisk" ] || rm -f "$partdisk"
 	[ "${#rotdisks[@]}" = 0 ] || rm -f "${rotdisks[@]}"
+	[ "${#nvmedisks[@]}" = 0 ] || rm -f "${nvmedisks[@]}"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM

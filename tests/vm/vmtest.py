@@ -128,7 +128,7 @@ _scenario = None  # (run-vm.sh's stdout, None) or (None, why the boot failed)
 
 
 def scenario_boot():
-    """The scenario boot (run-vm.sh --part-disk --multipath, a few minutes under TCG) with the project's
+    """The scenario boot (run-vm.sh --part-disk --multipath --nvme-disks 2, a few minutes under TCG) with the project's
     mergewatchd in the guest, once per pytest session: test_vm.py and test_vm_stacking.py read the same
     run (guest-scenario.sh, then guest-stacking.sh in the same guest), whichever asks first boots it. A
     failed boot fails the other file's tests too, without a second boot. (A session fixture in a
@@ -139,8 +139,8 @@ def scenario_boot():
         try:
             _scenario = (boot(SCENARIO, "--daemon", DAEMON, "--daemon-args", "--web.listen-address=127.0.0.1:9863",
                               "--metrics-url", "http://127.0.0.1:9863/metrics", "--part-disk", "--multipath",
-                              "--rotational-disks", "2",
-                              timeout=1200), None)
+                              "--rotational-disks", "2", "--nvme-disks", "2",
+                              timeout=1800), None)
         except BaseException as e:
             _scenario = (None, f"{type(e).__name__}: {e}")
             raise
