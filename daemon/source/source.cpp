@@ -32,8 +32,9 @@ prometheus::MetricFamily DetectionInfoFamily(const SourceStatus& status) {
   family.name = "mergewatch_detection_info";
   family.help =
       "Where the detector's evidence comes from: source bpf (evidence full) or diskstats (evidence reduced: "
-      "no per-request sizes, missed merges, latencies or remap origins, listed in missing); reason says why "
-      "BPF is not used. Always 1.";
+      "no per-request sizes, missed merges, latencies or remap origins, listed in missing; evidence blind: "
+      "block_getrq or block_bio_remap not attached, merge collapse cannot be detected); reason says why. "
+      "Always 1.";
   family.type = prometheus::MetricType::Gauge;
   // The reason's first line, bounded: a label, not a log (the log has all of it).
   std::string reason = status.reason.substr(0, status.reason.find('\n'));
@@ -72,7 +73,41 @@ std::shared_ptr<SnapshotSource> ActiveSource::Current() const {
   return source_;
 }
 
-Snapshot ActiveSource::Read() { return Current()->Read(); }
+Snapshot ActiveSource::Read() {
+  Snapshot snapshot = Current()->Read();
+  std::lock_guard<std::mutex> lock(mutex_);
+  programs_ = snapshot.programs;
+  return snapshot;
+}
+
+SourceStatus ActiveSource::DetectionStatus() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return WithProgramEvidence(status_, programs_);
+}
+
+SourceStatus WithProgramEvidence(SourceStatus status, const std::vector<ProgramStatus>& programs) {
+  // No list yet (before the first Read): nothing known to be missing. A BPF source always lists
+  // block_rq_issue and block_rq_complete, which it cannot run without.
+  if (status.source != "bpf" || programs.empty()) return status;
+  struct Needed {
+    const char* tracepoint;
+    const char* gives;
+  };
+  static const Needed kNeeded[] = {{"block_getrq", "missed_merges,merge_runs"}, {"block_bio_remap", "remap_origins"}};
+  std::string missing, reason;
+  for (const Needed& n : kNeeded) {
+    bool attached = false;
+    for (const ProgramStatus& p : programs) attached = attached || (p.tracepoint == n.tracepoint && p.attached);
+    if (attached) continue;
+    missing += (missing.empty() ? "" : ",") + std::string(n.gives);
+    reason += (reason.empty() ? "" : ", ") + std::string(n.tracepoint);
+  }
+  if (missing.empty()) return status;
+  status.evidence = "blind";
+  status.missing = missing;
+  status.reason = reason + " not attached: merge collapse cannot be detected";
+  return status;
+}
 
 void ActiveSource::Forget(const StaleKeys& keys) { Current()->Forget(keys); }
 

@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "source/bpf_loader.h"
 #include "source/snapshot.h"
@@ -37,6 +38,15 @@ SourceStatus DiskstatsStatus(const std::string& reason);
 // mergewatch_detection_info{source, evidence, missing, reason} 1: pure.
 prometheus::MetricFamily DetectionInfoFamily(const SourceStatus& status);
 
+// The BPF source's status with what its programs show now (issue 22, "a blind detector is
+// silent"): only block_rq_issue/complete are required to load, but the detector decides on
+// block_getrq (missed merges and their runs) and block_bio_remap (which upper device a request
+// came from; the default policy pages only under one). Either not attached, or not loaded at all:
+// evidence "blind", what it would have given in missing, the tracepoints in reason. block_bio_queue
+// is attached on demand only (no stacked device: detached on purpose), so it is not judged here.
+// Pure; the diskstats source's status passes unchanged.
+SourceStatus WithProgramEvidence(SourceStatus status, const std::vector<ProgramStatus>& programs);
+
 // Whether a failed BPF load may succeed later by itself: memory (ENOMEM, a memlock or cgroup
 // limit, a full kernel) or a busy resource (EBUSY). Never a missing privilege (EPERM), lockdown,
 // missing BTF or a program the kernel's verifier refuses: those need an operator.
@@ -58,19 +68,24 @@ class ActiveSource final : public SnapshotSource {
   void Switch(std::shared_ptr<SnapshotSource> source, SourceStatus status);
   void SetStatus(SourceStatus status);  // the same source, a new reason
   SourceStatus status() const;
+  // status() judged against the programs of the last Read() (WithProgramEvidence).
+  SourceStatus DetectionStatus() const;
 
  private:
   std::shared_ptr<SnapshotSource> Current() const;
   mutable std::mutex mutex_;
   std::shared_ptr<SnapshotSource> source_;
   SourceStatus status_;
+  std::vector<ProgramStatus> programs_;  // of the last Read()
 };
 
 // The collector of mergewatch_detection_info for a scrape.
 class DetectionInfoCollector final : public prometheus::Collectable {
  public:
   explicit DetectionInfoCollector(const ActiveSource& source) : source_(source) {}
-  std::vector<prometheus::MetricFamily> Collect() const override { return {DetectionInfoFamily(source_.status())}; }
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    return {DetectionInfoFamily(source_.DetectionStatus())};
+  }
 
  private:
   const ActiveSource& source_;

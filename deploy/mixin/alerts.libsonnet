@@ -85,6 +85,22 @@ local fold(text) = std.join(' ', std.split(std.rstripChars(text, '\n'), '\n')); 
             runbook_url: runbook('MergewatchBpfNotAttached'),
           },
         },
+        {
+          // Issue 22: block_rq_issue/complete load, but a program the detector decides on does not (block_getrq:
+          // missed merges; block_bio_remap: the upper device). The daemon runs and exports sizes, yet can never page.
+          alert: 'MergewatchDetectionBlind',
+          expr: 'mergewatch_detection_info{%(mergewatchSelector)s,evidence="blind"} == 1' % c,
+          'for': c.detectionBlindFor,
+          labels: { severity: c.warningSeverity },
+          annotations: {
+            summary: 'Mergewatchd cannot detect merge collapse: a BPF program the detector needs is not attached.',
+            description: fold(|||
+              mergewatchd at {{ $labels.instance }} runs, but {{ $labels.reason }}: it lacks {{ $labels.missing }},
+              so MergewatchMergeCollapse cannot fire for this host.
+            |||),
+            runbook_url: runbook('MergewatchDetectionBlind'),
+          },
+        },
       ],
     }],
   },

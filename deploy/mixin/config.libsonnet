@@ -33,6 +33,7 @@
     downFor: '5m',
     absentFor: '10m',
     bpfNotAttachedFor: '5m',
+    detectionBlindFor: '5m',
     // Dashboard: title, uid, and the rate window of its panels.
     dashboardTitle: 'mergewatch: block I/O merges',
     dashboardUID: 'mergewatch-block-io',

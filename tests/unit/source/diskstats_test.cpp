@@ -201,6 +201,44 @@ TEST(DetectionInfoFamily, NamesTheSourceEvidenceWhatIsMissingAndWhy) {
   EXPECT_EQ(DetectionInfoFamily(DiskstatsStatus(std::string(500, 'x'))).metric[0].label[3].value.size(), 200u);
 }
 
+// Issue 22: the detector relies on block_getrq and block_bio_remap though only block_rq_issue and
+// block_rq_complete must load: either one not attached (or not loaded at all) makes it blind, said in
+// the one info metric; block_bio_queue (detached on purpose without stacked devices) never does.
+TEST(WithProgramEvidence, BlindWhenAProgramTheDetectorNeedsIsNotAttached) {
+  const std::vector<ProgramStatus> all = {{"block_rq_issue", "tp_btf", true},
+                                          {"block_rq_complete", "tp_btf", true},
+                                          {"block_getrq", "tp_btf", true},
+                                          {"block_bio_remap", "tp_btf", true},
+                                          {"block_bio_queue", "tp_btf", false}};
+  const SourceStatus full = WithProgramEvidence(SourceStatus{}, all);
+  EXPECT_EQ(full.evidence, "full");
+  EXPECT_EQ(full.missing, "");
+  EXPECT_EQ(full.reason, "");
+
+  std::vector<ProgramStatus> no_getrq = all;
+  no_getrq[2].attached = false;
+  const SourceStatus blind = WithProgramEvidence(SourceStatus{}, no_getrq);
+  EXPECT_EQ(blind.source, "bpf");
+  EXPECT_EQ(blind.evidence, "blind");
+  EXPECT_EQ(blind.missing, "missed_merges,merge_runs");
+  EXPECT_EQ(blind.reason, "block_getrq not attached: merge collapse cannot be detected");
+
+  std::vector<ProgramStatus> no_remap(all.begin(), all.begin() + 3);  // block_bio_remap not loaded at all
+  EXPECT_EQ(WithProgramEvidence(SourceStatus{}, no_remap).missing, "remap_origins");
+  std::vector<ProgramStatus> neither = all;
+  neither[2].attached = neither[3].attached = false;
+  const SourceStatus both = WithProgramEvidence(SourceStatus{}, neither);
+  EXPECT_EQ(both.missing, "missed_merges,merge_runs,remap_origins");
+  EXPECT_EQ(both.reason, "block_getrq, block_bio_remap not attached: merge collapse cannot be detected");
+  EXPECT_EQ(DetectionInfoFamily(both).metric[0].label[1].value, "blind");
+
+  // The diskstats source is reduced, not blind, whatever the (absent) programs; no list yet: unchanged.
+  const SourceStatus reduced = DiskstatsStatus("--source=diskstats");
+  EXPECT_EQ(WithProgramEvidence(reduced, {}).evidence, "reduced");
+  EXPECT_EQ(WithProgramEvidence(reduced, neither).missing, kDiskstatsMissing);
+  EXPECT_EQ(WithProgramEvidence(SourceStatus{}, {}).evidence, "full");
+}
+
 TEST(BpfFailureCanPass, OnlyMemoryAndBusyNeverPrivilegeLockdownOrBtf) {
   EXPECT_TRUE(BpfFailureCanPass(ProbeError::kLoad, std::string("tp_btf: ") + strerror(ENOMEM)));
   EXPECT_TRUE(BpfFailureCanPass(ProbeError::kLoad, std::string("cannot attach: ") + strerror(EBUSY)));
