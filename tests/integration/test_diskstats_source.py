@@ -54,8 +54,8 @@ def test_batched_4k_reads_with_nomerges_2_page(reduced, loop_device):
         assert f"merge collapse on {dev.name}" in log and "diskstats: reduced evidence" in log, log
         assert f"echo 0 > /sys/block/{dev.name}/queue/nomerges" in log
         s = reduced.scrape()
-        assert value(s, "mergewatch_collapse_condition", device=dev.name) == 1
-        assert value(s, "mergewatch_collapse_lower_request_bytes", device=dev.name) == 4096
+        assert value(s, "mergewatch_collapse_condition", device=dev.name, upper="") == 1
+        assert value(s, "mergewatch_collapse_lower_request_bytes", device=dev.name, upper="") == 4096
         # The counters are the kernel's since the minor's first use: no merge while collapsed.
         merges = value(s, "mergewatch_bio_merges_total", device=dev.name, op="read", kind="all")
         requests = value(s, "mergewatch_request_size_bytes_count", device=dev.name, op="read")
@@ -79,7 +79,7 @@ def assert_quiet(daemon, dev, fio_args):
     fio = start_fio(dev, **fio_args)
     try:
         hang = time.monotonic() + HANG
-        while absent(daemon.scrape(), "mergewatch_collapse_condition", device=dev.name):
+        while absent(daemon.scrape(), "mergewatch_collapse_condition", device=dev.name, upper=""):
             assert time.monotonic() < hang, f"no detector verdict for {dev.name} within {HANG} s"
             time.sleep(0.25)
         deadline = time.monotonic() + QUIET_SECONDS
@@ -88,8 +88,8 @@ def assert_quiet(daemon, dev, fio_args):
             s = daemon.scrape()
             state = "\n".join(l for l in daemon.scrape_text().splitlines() if "collapse" in l and dev.name in l)
             assert value(s, "mergewatch_merge_collapse", device=dev.name, upper="") == 0, state
-            assert value(s, "mergewatch_collapse_condition", device=dev.name) == 0, state
-            seen_requests |= value(s, "mergewatch_collapse_requests_per_second", device=dev.name) > 0
+            assert value(s, "mergewatch_collapse_condition", device=dev.name, upper="") == 0, state
+            seen_requests |= value(s, "mergewatch_collapse_requests_per_second", device=dev.name, upper="") > 0
             time.sleep(0.5)
         assert seen_requests, "the workload never reached the device"
         assert f"merge collapse on {dev.name}" not in daemon.log_text()
