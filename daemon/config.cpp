@@ -73,6 +73,10 @@ ParseResult ParseFlags(int argc, const char* const* argv) {
   app.add_option("--web.config.file", config.web_config_file,
                  "Web config file (exporter-toolkit format) for TLS and basic auth; empty: plain HTTP, no auth")
       ->capture_default_str();
+  app.add_option("--web.allowed-hosts", config.allowed_hosts,
+                 "Host header names the endpoint answers (comma-separated, port ignored; a request naming "
+                 "another gets 400, against DNS rebinding); empty: any")
+      ->delimiter(',');
   app.add_flag("--web.systemd-socket", config.systemd_socket,
                "Use the sockets systemd passes (socket activation) instead of --web.listen-address");
   app.add_flag("--web.disable-exporter-metrics", config.disable_exporter_metrics,
@@ -209,6 +213,12 @@ ParseResult ParseFlags(int argc, const char* const* argv) {
     error = "--collapse.lower-devices is not a valid extended regular expression: \"" + policy.lower_devices + "\"";
   } else if (config.telemetry_path.empty() || config.telemetry_path[0] != '/' || config.telemetry_path == "/") {
     error = "--web.telemetry-path must start with / and not be / itself, got \"" + config.telemetry_path + "\"";
+  }
+  for (std::string& host : config.allowed_hosts) {
+    for (char& c : host) c = static_cast<char>(tolower(static_cast<unsigned char>(c)));
+    if (error.empty() && (host.empty() || host.find_first_of(" /@") != std::string::npos ||
+                           (host[0] != '[' && host.find(':') != std::string::npos)))
+      error = "--web.allowed-hosts: \"" + host + "\" is not a host name (no port, no scheme; IPv6 in brackets)";
   }
   for (const std::string& address : config.listen_addresses) {
     if (!error.empty()) break;

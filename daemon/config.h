@@ -19,6 +19,7 @@ struct Config {
   // host:port each (listen.h); ":9863" is every interface, IPv6 and IPv4.
   std::vector<std::string> listen_addresses = {":9863"};
   std::string web_config_file;     // exporter-toolkit web config: TLS, basic auth (web_config.h)
+  std::vector<std::string> allowed_hosts;  // Host header names answered (lower case); empty: any
   bool systemd_socket = false;     // accept on the sockets systemd passes instead of listen_addresses
   bool disable_exporter_metrics = false;  // no process_* and BPF program cost families
   std::string telemetry_path = "/metrics";

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -275,21 +276,46 @@ class DeviceWatch {
   RescanPlanner planner_;
 };
 
+// The signals the main loop takes from its signalfd (blocked in every thread): what each does is
+// defined, and each is logged. Shut down cleanly: SIGINT, SIGTERM, SIGQUIT (no core dump: there
+// is nothing to debug in a stop request) and the default-fatal signals nobody sends a daemon on
+// purpose (timers, SIGXCPU/SIGXFSZ limits, SIGPWR...). SIGHUP: rescan. SIGUSR1, SIGUSR2 and the
+// real-time signals: logged and ignored (they killed the daemon without a word, issue 24).
+enum class SignalAction { kShutDown, kRescan, kIgnore };
+
+SignalAction ActionFor(int signo) {
+  if (signo == SIGHUP) return SignalAction::kRescan;
+  if (signo == SIGUSR1 || signo == SIGUSR2 || signo >= SIGRTMIN) return SignalAction::kIgnore;
+  return SignalAction::kShutDown;
+}
+
+sigset_t DaemonSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int signo : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGIO, SIGXCPU,
+                    SIGXFSZ, SIGSTKFLT, SIGPWR})
+    sigaddset(&set, signo);
+  for (int signo = SIGRTMIN; signo <= SIGRTMAX; ++signo) sigaddset(&set, signo);
+  return set;
+}
+
+std::string SignalName(int signo) {
+  const char* abbrev = sigabbrev_np(signo);
+  return abbrev != nullptr ? std::string("SIG") + abbrev : "signal " + std::to_string(signo);
+}
+
 // The main loop: waits in poll() for a signal (signalfd), a device event or the next tick.
 // Once a tick (1 s, or half the watchdog interval) the detector sees a fresh snapshot and the
 // watchdog is fed; a due event rescan publishes the new topology at once. Returns the signal
 // that ended it, or -1 on an error.
 int ServeUntilSignal(const Config& config, Sources& sources, std::shared_ptr<BpfProbes>* published,
                      DeviceNamer& namer, DeviceWatch& watch, TopologyNames* names, TopologyKeeper* topology,
-                     CollapseDetector* detector, StateCollector* state) {
+                     CollapseDetector* detector, StateCollector* state, HttpServer* server) {
   const uint64_t watchdog_usec = SdWatchdogUsec();
   const Duration tick = std::chrono::milliseconds(
       watchdog_usec > 0 ? static_cast<long>(std::min<uint64_t>(watchdog_usec / 2000, 1000)) : 1000);
-  sigset_t wait_set;
-  sigemptyset(&wait_set);
-  sigaddset(&wait_set, SIGINT);
-  sigaddset(&wait_set, SIGTERM);
-  sigaddset(&wait_set, SIGHUP);
+  const sigset_t wait_set = DaemonSignals();
+  bool reported_stuck = false;
   const int signal_fd = signalfd(-1, &wait_set, SFD_CLOEXEC | SFD_NONBLOCK);
   if (signal_fd < 0) {
     LogError(std::string("signalfd: ") + strerror(errno));
@@ -313,12 +339,20 @@ int ServeUntilSignal(const Config& config, Sources& sources, std::shared_ptr<Bpf
     if (ready > 0 && (fds[0].revents & POLLIN)) {
       signalfd_siginfo info{};
       while (read(signal_fd, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
-        if (info.ssi_signo == SIGINT || info.ssi_signo == SIGTERM) {
-          exit_signal = static_cast<int>(info.ssi_signo);
-        } else if (info.ssi_signo == SIGHUP) {
-          LogInfo("SIGHUP: rescanning block devices in " + config.sysfs_root);
-          topology->Rescan();
-          rescanned = true;
+        const int signo = static_cast<int>(info.ssi_signo);
+        switch (ActionFor(signo)) {
+          case SignalAction::kShutDown:
+            exit_signal = signo;
+            break;
+          case SignalAction::kRescan:
+            LogInfo("SIGHUP: rescanning block devices in " + config.sysfs_root);
+            topology->Rescan();
+            rescanned = true;
+            break;
+          case SignalAction::kIgnore:
+            LogWarn("received " + SignalName(signo) + " from pid " + std::to_string(info.ssi_pid) +
+                    ": ignored (SIGTERM stops mergewatchd, SIGHUP rescans devices)");
+            break;
         }
       }
       if (exit_signal != 0) break;
@@ -337,7 +371,20 @@ int ServeUntilSignal(const Config& config, Sources& sources, std::shared_ptr<Bpf
     }
     const TimePoint now = TopologyKeeper::Now();
     if (now >= next_tick || rescanned) {
-      if (watchdog_usec > 0) SdNotify("WATCHDOG=1");
+      // Fed only while every HTTP event loop has come round within the watchdog interval: a
+      // loop stuck in a handler (bcrypt, a scrape) gets the daemon restarted, not kept alive
+      // by a main loop that is fine.
+      if (watchdog_usec > 0) {
+        const auto within = std::chrono::microseconds(watchdog_usec / 2);
+        if (server->WorkersAlive(within)) {
+          SdNotify("WATCHDOG=1");
+          reported_stuck = false;
+        } else if (!reported_stuck) {
+          LogError("an HTTP event loop has not come round for " + std::to_string(watchdog_usec / 2000000) +
+                   " s: not feeding the systemd watchdog");
+          reported_stuck = true;
+        }
+      }
       RetryBpf(config, &sources, *topology->current(), published);
       Tick(sources, namer, topology, detector, state);
       next_tick = now + tick;
@@ -354,15 +401,38 @@ int ServeUntilSignal(const Config& config, Sources& sources, std::shared_ptr<Bpf
 
 }  // namespace
 
+namespace {
+
+// The line a fault signal leaves before the process dies of it (only async-signal-safe calls:
+// the text is made at start). It re-raises with the default action, so the exit status and a
+// core dump are what they would have been.
+char g_fault_prefix[8] = "";
+
+void LogFaultAndDie(int signo) {
+  const char* abbrev = sigabbrev_np(signo);
+  const char* parts[] = {g_fault_prefix, "level=error msg=\"fatal signal SIG", abbrev != nullptr ? abbrev : "?",
+                         ": mergewatchd dies (BPF links are detached by the kernel as the process exits)\"\n"};
+  for (const char* part : parts) {
+    ssize_t unused = write(STDERR_FILENO, part, strlen(part));
+    (void)unused;
+  }
+  signal(signo, SIG_DFL);
+  raise(signo);
+}
+
+}  // namespace
+
 void BlockDaemonSignals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGHUP);
+  const sigset_t set = DaemonSignals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   // A client that goes away mid-response must cost an EPIPE, not the process.
   signal(SIGPIPE, SIG_IGN);
+  if (std::getenv("JOURNAL_STREAM") != nullptr) strcpy(g_fault_prefix, "<3>");
+  struct sigaction action {};
+  action.sa_handler = LogFaultAndDie;
+  action.sa_flags = SA_RESETHAND | SA_NODEFER;
+  sigemptyset(&action.sa_mask);
+  for (int signo : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGSYS, SIGTRAP}) sigaction(signo, &action, nullptr);
 }
 
 // Listening sockets not yet handed to the HTTP server: closed if startup fails first.
@@ -446,6 +516,14 @@ int RunDaemon(const Config& config) {
     Fail("--web.config.file: " + error, kExitUsage);
     return kExitUsage;
   }
+  // An empty file, comments only, or an empty basic_auth_users: the operator asked for security
+  // and got none. Still valid (exporter-toolkit starts too), but never silently.
+  if (!config.web_config_file.empty() && !http.web.tls() && http.web.users.empty())
+    LogWarn("--web.config.file " + config.web_config_file +
+            " enables neither TLS (tls_server_config) nor basic auth (basic_auth_users): serving plain HTTP "
+            "without authentication");
+  http.allowed_hosts = config.allowed_hosts;
+  http.counts = std::make_shared<HttpDefenceCounts>();
 
   // Listen first: a taken port is the cheapest failure to report, before any BPF work.
   Listeners listeners;
@@ -513,7 +591,9 @@ int RunDaemon(const Config& config) {
   auto collector = std::make_shared<MetricsCollector>(active, names, status);
   auto state = std::make_shared<StateCollector>();
   std::vector<std::shared_ptr<prometheus::Collectable>> collectables = {
-      collector, state, std::make_shared<DetectionInfoCollector>(active)};
+      collector, state, std::make_shared<DetectionInfoCollector>(active),
+      std::make_shared<DefenceCollector>(http.counts, http.limits.connections_per_address,
+                                         http.limits.connection_limit)};
   if (!config.disable_exporter_metrics) {
     std::shared_ptr<BpfProbes>* p = &published_bpf;
     collectables.push_back(std::make_shared<SelfCollector>([p] {
@@ -563,12 +643,12 @@ int RunDaemon(const Config& config) {
   LogInfo("ready: " + ready_status);
 
   const int exit_signal =
-      ServeUntilSignal(config, sources, &published_bpf, namer, watch, &names, &topology, &detector, state.get());
+      ServeUntilSignal(config, sources, &published_bpf, namer, watch, &names, &topology, &detector, state.get(), server.get());
   if (exit_signal < 0) return kExitFailure;
 
-  LogInfo(std::string("received ") + strsignal(exit_signal) + ", shutting down");
+  LogInfo("received " + SignalName(exit_signal) + " (" + strsignal(exit_signal) + "), shutting down");
   SdNotify("STOPPING=1\nSTATUS=stopping");
-  server.reset();  // no scrape can touch the maps past this point
+  server.reset();  // scrapes in flight finish first (bounded); none can touch the maps past this point
   collectables.clear();
   collector.reset();
   state.reset();

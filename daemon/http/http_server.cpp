@@ -2,12 +2,14 @@
 #include "http/http_server.h"
 
 #include <gnutls/gnutls.h>
+#include <malloc.h>
 #include <microhttpd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdarg>
 #include <cstring>
@@ -177,8 +179,36 @@ std::shared_ptr<const WebState> MakeWebState(const WebConfig& web, const WebSecr
 }  // namespace
 
 struct HttpCallbacks {
-  static MHD_Result Access(void* cls, MHD_Connection* connection, const char* url, const char* method, const char*,
-                           const char*, size_t* upload_size, void** request_state) {
+  // Before any connection state exists: the caps refuse here, and libmicrohttpd closes the
+  // socket at once.
+  static MHD_Result AcceptPolicy(void* cls, const sockaddr* address, socklen_t) {
+    auto* server = static_cast<HttpServer*>(cls);
+    switch (server->caps_.Check(ClientKey(address))) {
+      case ConnectionCaps::Verdict::kAdmit: return MHD_YES;
+      case ConnectionCaps::Verdict::kPerAddress: ++server->counts_->refused_per_address; return MHD_NO;
+      case ConnectionCaps::Verdict::kTotal: ++server->counts_->refused_total; return MHD_NO;
+    }
+    return MHD_NO;
+  }
+  // The request target as the client sent it, before %-decoding (which cuts at a NUL).
+  static void* UriLog(void*, const char* uri, MHD_Connection* connection) {
+    HttpServer::Conn* conn = ConnOf(connection);
+    if (conn == nullptr) return nullptr;
+    // libmicrohttpd 0.9.75 hands the target over as a C string, in its buffer of the request
+    // line, the space before the version overwritten with the terminating NUL: so the version
+    // follows right after it, unless the client's target held a NUL of its own that cut the
+    // string short (then the rest of the target follows). The line always goes on past that
+    // NUL (at least its end of line), and strncmp stops at the first byte that differs.
+    const size_t length = strlen(uri);
+    if (strncmp(uri + length + 1, "HTTP/", 5) != 0) {
+      conn->target_problem = "a NUL byte in the request target";
+    } else {
+      conn->target_problem = TargetProblem(uri);
+    }
+    return nullptr;
+  }
+  static MHD_Result Access(void* cls, MHD_Connection* connection, const char* url, const char* method,
+                           const char* version, const char*, size_t* upload_size, void** request_state) {
     auto* server = static_cast<HttpServer*>(cls);
     if (*request_state == nullptr) {  // headers complete
       *request_state = server;
@@ -194,7 +224,7 @@ struct HttpCallbacks {
       std::lock_guard<std::mutex> lock(server->conns_mutex_);
       conn->in_request = true;
     }
-    return static_cast<MHD_Result>(server->Handle(connection, url, method, request_state));
+    return static_cast<MHD_Result>(server->Handle(connection, url, method, version));
   }
   static void Completed(void* cls, MHD_Connection* connection, void**, MHD_RequestTerminationCode) {
     auto* server = static_cast<HttpServer*>(cls);
@@ -213,6 +243,10 @@ struct HttpCallbacks {
       const MHD_ConnectionInfo* info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
       conn->fd = info != nullptr ? info->connect_fd : -1;
       conn->waiting_since = std::chrono::steady_clock::now();
+      const MHD_ConnectionInfo* peer = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+      conn->client = ClientKey(peer != nullptr ? peer->client_addr : nullptr);
+      server->caps_.Add(conn->client);
+      ++server->counts_->open_connections;
       conn->web = server->web();
       // The TLS session exists and its handshake has not begun: it gets the web config's current
       // credentials and priorities (libmicrohttpd's own, from start, are only its fallback).
@@ -229,6 +263,8 @@ struct HttpCallbacks {
       // libmicrohttpd closes the socket only after this returns: under conns_mutex_ the reaper
       // never shuts down a descriptor number that was closed and reused.
       auto* conn = static_cast<HttpServer::Conn*>(*socket_context);
+      server->caps_.Remove(conn->client);
+      --server->counts_->open_connections;
       server->conns_.erase(conn);
       delete conn;
       *socket_context = nullptr;
@@ -237,7 +273,10 @@ struct HttpCallbacks {
 };
 
 HttpServer::HttpServer(HttpOptions options, ScrapeHandler scrape)
-    : options_(std::move(options)), scrape_(std::move(scrape)) {
+    : options_(std::move(options)),
+      scrape_(std::move(scrape)),
+      caps_(options_.limits.connections_per_address, options_.limits.connection_limit),
+      counts_(options_.counts ? options_.counts : std::make_shared<HttpDefenceCounts>()) {
   landing_page_ = "<!DOCTYPE html>\n<html><head><title>mergewatch</title></head><body>\n"
                   "<h1>mergewatch</h1>\n<p>Block I/O request sizes, latencies and merges from eBPF.</p>\n"
                   "<p><a href=\"" + options_.telemetry_path + "\">Metrics</a></p>\n</body></html>\n";
@@ -250,81 +289,152 @@ std::unique_ptr<HttpServer> HttpServer::Start(const std::vector<int>& listen_fds
   server->web_ = MakeWebState(o.web, o.secrets, error);
   if (!server->web_) return nullptr;
   server->web_stamp_ = FileStamp(WebFiles(o.web_config_file, o.web));
-  // MHD_USE_ITC: MHD_quiesce_daemon needs it (see ~HttpServer).
-  unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG | MHD_USE_ITC;
+  // External epoll mode: the event loops are our threads (Worker), not libmicrohttpd's pool, so
+  // each can prove it is alive (WorkersAlive). MHD_USE_ITC: MHD_quiesce_daemon needs it.
+  unsigned flags = MHD_USE_EPOLL | MHD_USE_ERROR_LOG | MHD_USE_ITC;
   if (o.web.tls()) flags |= MHD_USE_TLS;
+  const unsigned threads = std::max(1u, o.limits.threads);
+  // libmicrohttpd's own limit stops it polling the listening socket (connections then wait in
+  // the kernel's queue): set above our caps, which refuse first (AcceptPolicy).
+  const unsigned mhd_limit = o.limits.connection_limit + 64;
   size_t next_fd = 0;
-  for (; next_fd < listen_fds.size(); ++next_fd) {
-    std::vector<MHD_OptionItem> items = {
-        {MHD_OPTION_LISTEN_SOCKET, listen_fds[next_fd], nullptr},
-        {MHD_OPTION_THREAD_POOL_SIZE, o.limits.threads, nullptr},
-        {MHD_OPTION_CONNECTION_LIMIT, o.limits.connection_limit, nullptr},
-        {MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<intptr_t>(o.limits.connection_memory), nullptr},
-        // Inactivity: covers a client that stops reading its response. The reaper covers the rest.
-        {MHD_OPTION_CONNECTION_TIMEOUT, static_cast<intptr_t>(o.limits.request_timeout.count()), nullptr},
-        {MHD_OPTION_NOTIFY_COMPLETED, reinterpret_cast<intptr_t>(&HttpCallbacks::Completed), server.get()},
-        {MHD_OPTION_NOTIFY_CONNECTION, reinterpret_cast<intptr_t>(&HttpCallbacks::Connection), server.get()},
-        {MHD_OPTION_EXTERNAL_LOGGER, reinterpret_cast<intptr_t>(&LogMhd), nullptr},
-    };
-    if (o.web.tls()) {
-      items.push_back({MHD_OPTION_HTTPS_MEM_CERT, 0, const_cast<char*>(o.secrets.cert_pem.c_str())});
-      items.push_back({MHD_OPTION_HTTPS_MEM_KEY, 0, const_cast<char*>(o.secrets.key_pem.c_str())});
-      // The client CA and the priorities come from the web state per connection (Connection callback).
-    }
-    items.push_back({MHD_OPTION_END, 0, nullptr});
+  bool failed = false;
+  for (; next_fd < listen_fds.size() && !failed; ++next_fd) {
     const std::string name = SocketName(listen_fds[next_fd]);  // a failed start may close the socket
-    errno = 0;
-    MHD_Daemon* daemon = MHD_start_daemon(flags, 0, nullptr, nullptr, &HttpCallbacks::Access, server.get(),
-                                          MHD_OPTION_ARRAY, items.data(), MHD_OPTION_END);
-    if (daemon == nullptr) {
-      // errno is libmicrohttpd's last failed call (epoll_create, pthread_create...), when it set one.
-      const int cause = errno;
-      *error = "cannot start the HTTP server on " + name + (cause != 0 ? std::string(": ") + strerror(cause) : "") +
-               (o.web.tls() ? " (is the certificate or key in the web config malformed, or do they not match?)"
-                            : "");
-      break;
+    // Several daemons on one listening socket: each accepts from it, as the threads of
+    // libmicrohttpd's own pool do.
+    for (unsigned t = 0; t < threads; ++t) {
+      std::vector<MHD_OptionItem> items = {
+          {MHD_OPTION_LISTEN_SOCKET, listen_fds[next_fd], nullptr},
+          {MHD_OPTION_CONNECTION_LIMIT, mhd_limit, nullptr},
+          {MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<intptr_t>(o.limits.connection_memory), nullptr},
+          // Inactivity: covers a client that stops reading its response. The reaper covers the rest.
+          {MHD_OPTION_CONNECTION_TIMEOUT, static_cast<intptr_t>(o.limits.request_timeout.count()), nullptr},
+          {MHD_OPTION_NOTIFY_COMPLETED, reinterpret_cast<intptr_t>(&HttpCallbacks::Completed), server.get()},
+          {MHD_OPTION_NOTIFY_CONNECTION, reinterpret_cast<intptr_t>(&HttpCallbacks::Connection), server.get()},
+          {MHD_OPTION_URI_LOG_CALLBACK, reinterpret_cast<intptr_t>(&HttpCallbacks::UriLog), server.get()},
+          {MHD_OPTION_EXTERNAL_LOGGER, reinterpret_cast<intptr_t>(&LogMhd), nullptr},
+      };
+      if (o.web.tls()) {
+        items.push_back({MHD_OPTION_HTTPS_MEM_CERT, 0, const_cast<char*>(o.secrets.cert_pem.c_str())});
+        items.push_back({MHD_OPTION_HTTPS_MEM_KEY, 0, const_cast<char*>(o.secrets.key_pem.c_str())});
+        // The client CA and the priorities come from the web state per connection (Connection callback).
+      }
+      items.push_back({MHD_OPTION_END, 0, nullptr});
+      errno = 0;
+      MHD_Daemon* daemon = MHD_start_daemon(flags, 0, &HttpCallbacks::AcceptPolicy, server.get(),
+                                            &HttpCallbacks::Access, server.get(), MHD_OPTION_ARRAY, items.data(),
+                                            MHD_OPTION_END);
+      if (daemon == nullptr) {
+        // errno is libmicrohttpd's last failed call (epoll_create, pthread_create...), when it set one.
+        const int cause = errno;
+        *error = "cannot start the HTTP server on " + name + (cause != 0 ? std::string(": ") + strerror(cause) : "") +
+                 (o.web.tls() ? " (is the certificate or key in the web config malformed, or do they not match?)"
+                              : "");
+        failed = true;
+        break;
+      }
+      server->daemons_.push_back(daemon);
     }
-    server->daemons_.push_back(daemon);
+    if (!failed) server->fds_.push_back(listen_fds[next_fd]);
   }
-  if (server->daemons_.size() != listen_fds.size()) {
+  if (failed) {
     // The failed one is libmicrohttpd's to close (it does); the ones after it were never handed over.
-    for (size_t i = next_fd + 1; i < listen_fds.size(); ++i) close(listen_fds[i]);
+    for (size_t i = next_fd; i < listen_fds.size(); ++i) close(listen_fds[i]);
     return nullptr;  // the destructor stops the daemons that did start
   }
+  server->heartbeats_.reset(new std::atomic<int64_t>[server->daemons_.size()]);
+  const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+  for (size_t i = 0; i < server->daemons_.size(); ++i) server->heartbeats_[i] = now;
+  for (size_t i = 0; i < server->daemons_.size(); ++i)
+    server->workers_.emplace_back([s = server.get(), i] { s->Worker(i); });
   server->reaper_ = std::thread([s = server.get()] { s->ReapLoop(); });
   return server;
 }
 
+void HttpServer::Worker(size_t index) {
+  MHD_Daemon* daemon = daemons_[index];
+  while (!workers_stop_.load(std::memory_order_relaxed)) {
+    // At most 250 ms a pass, events or not: the heartbeat. libmicrohttpd shortens the wait
+    // when a connection's timeout comes sooner.
+    MHD_run_wait(daemon, 250);
+    heartbeats_[index].store(std::chrono::steady_clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  }
+}
+
+bool HttpServer::WorkersAlive(std::chrono::steady_clock::duration within) {
+  const int64_t oldest = (std::chrono::steady_clock::now() - within).time_since_epoch().count();
+  for (size_t i = 0; i < workers_.size(); ++i)
+    if (heartbeats_[i].load(std::memory_order_relaxed) < oldest) return false;
+  return true;
+}
+
+// Stop accepting, then give the requests being answered (a scrape rendering or sending) up to
+// drain_timeout to finish; connections waiting for a request are not waited for.
+void HttpServer::Drain() {
+  for (size_t i = 0; i < daemons_.size(); ++i) {
+    // Take the listening socket back first: MHD_stop_daemon would shutdown() it, and a socket
+    // systemd passed is shared with the .socket unit, which then fails ("Got POLLHUP on a
+    // listening socket", measured under systemd 252). Closing our descriptor leaves systemd's.
+    // Several daemons share one socket: it is closed once, after all let go of it.
+    MHD_quiesce_daemon(daemons_[i]);
+  }
+  for (int fd : fds_) close(fd);
+  fds_.clear();
+  if (workers_.empty()) return;
+  const auto deadline = std::chrono::steady_clock::now() + options_.limits.drain_timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    bool busy = false;
+    {
+      std::lock_guard<std::mutex> lock(conns_mutex_);
+      for (const Conn* conn : conns_) busy |= conn->in_request;
+    }
+    if (!busy) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  LogWarn("http: requests still being answered after " + std::to_string(options_.limits.drain_timeout.count()) +
+          " s of shutdown: cutting them");
+}
+
 HttpServer::~HttpServer() {
+  Drain();
+  workers_stop_ = true;
+  for (std::thread& worker : workers_) worker.join();
   {
     std::lock_guard<std::mutex> lock(reaper_mutex_);
     stopping_ = true;
   }
   reaper_wake_.notify_all();
   if (reaper_.joinable()) reaper_.join();
-  for (MHD_Daemon* daemon : daemons_) {
-    // Take the listening socket back first: MHD_stop_daemon would shutdown() it, and a socket
-    // systemd passed is shared with the .socket unit, which then fails ("Got POLLHUP on a
-    // listening socket", measured under systemd 252). Closing our descriptor leaves systemd's.
-    const MHD_socket listen_fd = MHD_quiesce_daemon(daemon);
-    if (listen_fd != MHD_INVALID_SOCKET) close(listen_fd);
-    // Joins its threads (no handler runs after it returns) and closes every connection.
-    MHD_stop_daemon(daemon);
-  }
+  // Closes every connection; no handler runs after it returns (no worker calls in any more).
+  for (MHD_Daemon* daemon : daemons_) MHD_stop_daemon(daemon);
 }
 
 void HttpServer::ReapLoop() {
+  size_t high_water = 0;
   std::unique_lock<std::mutex> wait_lock(reaper_mutex_);
   while (!reaper_wake_.wait_for(wait_lock, std::chrono::milliseconds(500), [this] { return stopping_; })) {
     const auto deadline = std::chrono::steady_clock::now() - options_.limits.request_timeout;
     if (!options_.web_config_file.empty()) ReloadWebConfigIfChanged();
-    std::lock_guard<std::mutex> lock(conns_mutex_);
-    for (Conn* conn : conns_) {
-      if (conn->in_request || conn->cut || conn->fd < 0 || conn->waiting_since > deadline) continue;
-      // shutdown, not close: the descriptor stays libmicrohttpd's, its event loop sees the end
-      // of the stream and closes the connection itself.
-      shutdown(conn->fd, SHUT_RDWR);
-      conn->cut = true;
+    size_t open = 0;
+    {
+      std::lock_guard<std::mutex> lock(conns_mutex_);
+      open = conns_.size();
+      for (Conn* conn : conns_) {
+        if (conn->in_request || conn->cut || conn->fd < 0 || conn->waiting_since > deadline) continue;
+        // shutdown, not close: the descriptor stays libmicrohttpd's, its event loop sees the end
+        // of the stream and closes the connection itself.
+        shutdown(conn->fd, SHUT_RDWR);
+        conn->cut = true;
+      }
+    }
+    // After a flood of connections, the heap keeps what their buffers took (glibc returns only
+    // a free top of the heap by itself, and fragmentation leaves little free there): hand the
+    // free pages back once most of them closed (issue 24: RSS 8.8 -> 40.5 MB after three floods).
+    high_water = std::max(high_water, open);
+    if (high_water >= 64 && open <= high_water / 4) {
+      malloc_trim(0);
+      high_water = open;
     }
   }
 }
@@ -362,11 +472,28 @@ void HttpServer::ReloadWebConfigIfChanged() {
   }
   LogInfo("web config reloaded from " + path + (web.tls() ? " (certificate " + web.cert_file + ")" : "") + ", " +
           std::to_string(web.users.size()) + " basic auth users");
+  if (!web.tls() && web.users.empty())
+    LogWarn("web config " + path +
+            " now enables neither TLS (tls_server_config) nor basic auth (basic_auth_users): serving plain HTTP "
+            "without authentication");
 }
 
-int HttpServer::Handle(MHD_Connection* connection, const char* url, const char* method, void**) {
-  const Conn* conn = ConnOf(connection);
+int HttpServer::Handle(MHD_Connection* connection, const char* url, const char* method, const char* version) {
+  HttpServer::Conn* conn = ConnOf(connection);
   const std::shared_ptr<const WebState> state = conn != nullptr && conn->web ? conn->web : web();
+  // Strictness first (RFC 9112): what a proxy in front would judge differently must not reach
+  // the path rules.
+  std::string bad = conn != nullptr ? conn->target_problem : "";
+  const char* host = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+  if (bad.empty() && host == nullptr && version != nullptr && strcmp(version, MHD_HTTP_VERSION_1_0) != 0)
+    bad = "HTTP/1.1 requires a Host header";
+  if (bad.empty() && !options_.allowed_hosts.empty() && !HostAllowed(host != nullptr ? host : "", options_.allowed_hosts))
+    bad = "Host is not one of --web.allowed-hosts";
+  if (!bad.empty()) {
+    ++counts_->bad_requests;
+    LogDebug("http: 400: " + bad);
+    return Send(connection, MHD_HTTP_BAD_REQUEST, "400 Bad Request: " + bad + "\n");
+  }
   if (state->web.tls()) {
     const std::string problem = ClientCertProblem(connection, state->web.client_auth);
     if (!problem.empty()) {
@@ -377,11 +504,44 @@ int HttpServer::Handle(MHD_Connection* connection, const char* url, const char* 
   if (state->auth->enabled()) {
     char* password = nullptr;
     char* user = MHD_basic_auth_get_username_password(connection, &password);
-    const bool ok = user != nullptr && password != nullptr && state->auth->Check(user, password);
+    bool ok = false;
+    AuthGate::Verdict verdict = AuthGate::Verdict::kRun;
+    SteadyDuration retry_after{};
+    if (user == nullptr || password == nullptr) {
+      ++counts_->auth_missing;
+    } else if (state->auth->Remembered(user, password)) {
+      ok = true;  // the scrapes of a Prometheus that logged in once: never behind the gate
+    } else {
+      const std::string client = conn != nullptr ? conn->client : "other";
+      verdict = auth_gate_.Admit(client, std::chrono::steady_clock::now(), &retry_after);
+      if (verdict == AuthGate::Verdict::kRun) {
+        const auto started = std::chrono::steady_clock::now();
+        ok = state->auth->Check(user, password);
+        auth_gate_.Done(client, ok, started, std::chrono::steady_clock::now());
+        if (!ok) ++counts_->auth_wrong;
+      } else {
+        ++(verdict == AuthGate::Verdict::kThrottled ? counts_->auth_throttled : counts_->auth_busy);
+      }
+    }
     if (user != nullptr) MHD_free(user);
     if (password != nullptr) {
       explicit_bzero(password, strlen(password));
       MHD_free(password);
+    }
+    if (verdict != AuthGate::Verdict::kRun) {
+      // No check was run: 429, and when to come back (RFC 6585), rather than a 401 that would
+      // say the password was wrong.
+      const auto seconds = std::max<long>(1, std::chrono::ceil<std::chrono::seconds>(retry_after).count());
+      MHD_Response* response = TextResponse(
+          verdict == AuthGate::Verdict::kThrottled ? "429 Too Many Requests: failed logins from this address\n"
+                                                   : "429 Too Many Requests: another password check is running\n",
+          "text/plain; charset=utf-8");
+      if (response == nullptr) return MHD_NO;
+      MHD_add_response_header(response, "Retry-After", std::to_string(seconds).c_str());
+      AddConfiguredHeaders(connection, response);
+      const MHD_Result result = MHD_queue_response(connection, MHD_HTTP_TOO_MANY_REQUESTS, response);
+      MHD_destroy_response(response);
+      return result;
     }
     if (!ok) {
       MHD_Response* response = TextResponse("401 Unauthorized\n", "text/plain; charset=utf-8");

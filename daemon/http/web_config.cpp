@@ -8,6 +8,7 @@
 
 #include <strings.h>
 
+#include <cctype>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -285,6 +286,25 @@ bool TlsContext::Apply(gnutls_session_t session) const {
   return true;
 }
 
+std::string BcryptHashProblem(const std::string& hash) {
+  // The cost is two decimal digits after "$2?$" (the length and prefix are checked before).
+  if (!isdigit(static_cast<unsigned char>(hash[4])) || !isdigit(static_cast<unsigned char>(hash[5])) || hash[6] != '$')
+    return "not a bcrypt hash: no two-digit cost after $2?$ (e.g. $2y$10$...)";
+  const int cost = (hash[4] - '0') * 10 + (hash[5] - '0');
+  if (cost > kMaxBcryptCost)
+    return "bcrypt cost " + std::to_string(cost) + " is above the maximum of " + std::to_string(kMaxBcryptCost) +
+           ": each check costs 2^" + std::to_string(cost) +
+           " rounds (cost 10: about 50 ms), and failed checks (any client can send them) would hold the HTTP threads "
+           "(promtool accepts it; mergewatchd does not); rehash with htpasswd -nBC 10";
+  // A body libxcrypt cannot read (characters outside bcrypt's base64, a cut-off salt) would
+  // start "with basic auth" and then answer 401 to everyone: verify a password once now.
+  crypt_data data{};
+  const char* result = crypt_r("mergewatch start-up check", hash.c_str(), &data);
+  if (result == nullptr || result[0] != '$')
+    return "libxcrypt cannot verify this bcrypt hash (a malformed salt or body): make it again with htpasswd -nBC 10";
+  return "";
+}
+
 bool ParseWebConfig(const std::string& yaml, const std::string& base_dir, WebConfig* config, std::string* error) {
   YAML::Node root;
   try {
@@ -379,6 +399,10 @@ bool ParseWebConfig(const std::string& yaml, const std::string& base_dir, WebCon
           *error = "basic_auth_users: a user name cannot contain ':' (" + user + ")";
           return false;
         }
+        if (const std::string problem = BcryptHashProblem(hash); !problem.empty()) {
+          *error = "basic_auth_users." + user + ": " + problem;
+          return false;
+        }
         config->users[user] = hash;
       }
     }
@@ -416,6 +440,16 @@ bool VerifyBcrypt(const std::string& password, const std::string& hash) {
   const char* result = crypt_r(password.c_str(), hash.c_str(), &data);
   // libxcrypt returns "*0"/"*1" (or NULL) for a malformed setting: never equal to a hash.
   return result != nullptr && result[0] == '$' && ConstantTimeEqual(result, hash);
+}
+
+bool BasicAuth::Remembered(const std::string& user, const std::string& password) {
+  const auto it = users_.find(user);
+  if (it == users_.end()) return false;
+  const std::string material = user + '\0' + password + '\0' + it->second;
+  unsigned char digest[32];
+  if (gnutls_hash_fast(GNUTLS_DIG_SHA256, material.data(), material.size(), digest) != 0) return false;
+  std::lock_guard<std::mutex> lock(mutex_);
+  return verified_.count(std::string(reinterpret_cast<const char*>(digest), sizeof(digest))) != 0;
 }
 
 bool BasicAuth::Check(const std::string& user, const std::string& password) {

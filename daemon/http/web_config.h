@@ -85,12 +85,25 @@ class BasicAuth {
   explicit BasicAuth(std::map<std::string, std::string> users) : users_(std::move(users)) {}
   bool enabled() const { return !users_.empty(); }
   bool Check(const std::string& user, const std::string& password);
+  // Only the cache of successful checks: no bcrypt run (answers the scrapes of a Prometheus
+  // that logged in once, whatever else is going on; see AuthGate in defences.h).
+  bool Remembered(const std::string& user, const std::string& password);
 
  private:
   const std::map<std::string, std::string> users_;
   std::mutex mutex_;
   std::unordered_set<std::string> verified_;
 };
+
+// The highest bcrypt cost accepted: 12 is about 0.2 s a check here (4x cost 10). Any client
+// can make the daemon run a check, so a higher cost turns each wrong password into seconds of
+// CPU; exporter-toolkit and promtool accept up to 31 (hours a check).
+constexpr int kMaxBcryptCost = 12;
+
+// Why a hash that passed the "$2?$" and length checks cannot be used ("" if it can): its cost
+// is above kMaxBcryptCost, or libxcrypt cannot verify a password against it (checked by
+// verifying one, once, at start).
+std::string BcryptHashProblem(const std::string& hash);
 
 // crypt(3) from libxcrypt on a bcrypt hash; constant-time comparison of the result.
 bool VerifyBcrypt(const std::string& password, const std::string& hash);
