@@ -258,6 +258,7 @@ struct HttpCallbacks {
         conn->cut = true;
       }
       server->conns_.insert(conn);
+      server->peak_open_ = std::max(server->peak_open_, server->conns_.size());
       *socket_context = conn;
     } else if (*socket_context != nullptr) {
       // libmicrohttpd closes the socket only after this returns: under conns_mutex_ the reaper
@@ -416,10 +417,12 @@ void HttpServer::ReapLoop() {
   while (!reaper_wake_.wait_for(wait_lock, std::chrono::milliseconds(500), [this] { return stopping_; })) {
     const auto deadline = std::chrono::steady_clock::now() - options_.limits.request_timeout;
     if (!options_.web_config_file.empty()) ReloadWebConfigIfChanged();
-    size_t open = 0;
+    size_t open = 0, peak = 0;
     {
       std::lock_guard<std::mutex> lock(conns_mutex_);
       open = conns_.size();
+      peak = peak_open_;  // a flood may come and go between two passes of this loop
+      peak_open_ = open;
       for (Conn* conn : conns_) {
         if (conn->in_request || conn->cut || conn->fd < 0 || conn->waiting_since > deadline) continue;
         // shutdown, not close: the descriptor stays libmicrohttpd's, its event loop sees the end
@@ -431,7 +434,7 @@ void HttpServer::ReapLoop() {
     // After a flood of connections, the heap keeps what their buffers took (glibc returns only
     // a free top of the heap by itself, and fragmentation leaves little free there): hand the
     // free pages back once most of them closed (issue 24: RSS 8.8 -> 40.5 MB after three floods).
-    high_water = std::max(high_water, open);
+    high_water = std::max(high_water, peak);
     if (high_water >= 64 && open <= high_water / 4) {
       malloc_trim(0);
       high_water = open;

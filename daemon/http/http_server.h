@@ -140,6 +140,7 @@ class HttpServer {
 
   std::mutex conns_mutex_;
   std::set<Conn*> conns_;
+  size_t peak_open_ = 0;  // most connections open at once since the reaper last looked
   std::mutex reaper_mutex_;
   std::condition_variable reaper_wake_;
   bool stopping_ = false;
