@@ -69,6 +69,8 @@ class AuthGate {
   explicit AuthGate(Policy policy) : policy_(policy) {}
   // `retry_after`: when the client may try again (for Retry-After), unless kRun.
   Verdict Admit(const std::string& client, SteadyTime now, SteadyDuration* retry_after);
+  // `started`: when the check began, or `ended` less the CPU time it took (the cool-down lasts
+  // as long as the check's cost).
   void Done(const std::string& client, bool ok, SteadyTime started, SteadyTime ended);
 
  private:

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstdarg>
 #include <cstring>
+#include <ctime>
 
 #include "http/listen.h"
 #include "http/status_path.h"
@@ -67,6 +68,12 @@ bool AcceptsGzip(const std::string& accept_encoding) {
 }
 
 namespace {
+
+std::chrono::steady_clock::duration ThreadCpuTime() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return std::chrono::seconds(now.tv_sec) + std::chrono::nanoseconds(now.tv_nsec);
+}
 
 MHD_Response* TextResponse(const std::string& body, const char* content_type) {
   MHD_Response* response =
@@ -292,7 +299,7 @@ std::unique_ptr<HttpServer> HttpServer::Start(const std::vector<int>& listen_fds
   server->web_stamp_ = FileStamp(WebFiles(o.web_config_file, o.web));
   // External epoll mode: the event loops are our threads (Worker), not libmicrohttpd's pool, so
   // each can prove it is alive (WorkersAlive). MHD_USE_ITC: MHD_quiesce_daemon needs it.
-  unsigned flags = MHD_USE_EPOLL | MHD_USE_ERROR_LOG | MHD_USE_ITC;
+  unsigned flags = MHD_USE_EPOLL | MHD_USE_ERROR_LOG | MHD_USE_ITC | MHD_ALLOW_SUSPEND_RESUME;
   if (o.web.tls()) flags |= MHD_USE_TLS;
   const unsigned threads = std::max(1u, o.limits.threads);
   // libmicrohttpd's own limit stops it polling the listening socket (connections then wait in
@@ -350,7 +357,45 @@ std::unique_ptr<HttpServer> HttpServer::Start(const std::vector<int>& listen_fds
   for (size_t i = 0; i < server->daemons_.size(); ++i)
     server->workers_.emplace_back([s = server.get(), i] { s->Worker(i); });
   server->reaper_ = std::thread([s = server.get()] { s->ReapLoop(); });
+  // Also without users at start when the web config can be reloaded: a reload may add some.
+  if (!o.web.users.empty() || !o.web_config_file.empty())
+    server->auth_thread_ = std::thread([s = server.get()] { s->AuthLoop(); });
   return server;
+}
+
+bool HttpServer::Enqueue(AuthJob job) {
+  {
+    std::lock_guard<std::mutex> lock(auth_mutex_);
+    if (auth_stopping_ || !auth_thread_.joinable()) return false;
+    auth_jobs_.push_back(std::move(job));
+  }
+  auth_wake_.notify_one();
+  return true;
+}
+
+void HttpServer::AuthLoop() {
+  std::unique_lock<std::mutex> lock(auth_mutex_);
+  for (;;) {
+    auth_wake_.wait(lock, [this] { return auth_stopping_ || !auth_jobs_.empty(); });
+    if (auth_jobs_.empty()) return;  // stopping, and every job taken was answered
+    AuthJob job = std::move(auth_jobs_.front());
+    auth_jobs_.erase(auth_jobs_.begin());
+    lock.unlock();
+    // The gate's cool-down is the check's CPU time, not its wall time: on a loaded host a check
+    // waits for a CPU too, and that wait is no cost of ours (measured: 78 ms of CPU, 280 ms wall).
+    const SteadyDuration cpu_before = ThreadCpuTime();
+    const bool ok = job.auth->Check(job.user, job.password);
+    const auto ended = std::chrono::steady_clock::now();
+    auth_gate_.Done(job.conn->client, ok, ended - (ThreadCpuTime() - cpu_before), ended);
+    explicit_bzero(job.password.data(), job.password.size());
+    if (!ok) ++counts_->auth_wrong;
+    // A suspended connection is never closed or timed out by libmicrohttpd, and the reaper
+    // skips it (in_request): job.conn is still this connection's. Resuming goes through
+    // libmicrohttpd's lock, which orders the write before the event loop's read.
+    job.conn->auth = ok ? Conn::Auth::kOk : Conn::Auth::kWrong;
+    MHD_resume_connection(job.connection);
+    lock.lock();
+  }
 }
 
 void HttpServer::Worker(size_t index) {
@@ -399,6 +444,14 @@ void HttpServer::Drain() {
 
 HttpServer::~HttpServer() {
   Drain();
+  // The auth thread answers what it took (resuming those connections) before the event loops
+  // stop: no connection is left suspended for MHD_stop_daemon.
+  {
+    std::lock_guard<std::mutex> lock(auth_mutex_);
+    auth_stopping_ = true;
+  }
+  auth_wake_.notify_all();
+  if (auth_thread_.joinable()) auth_thread_.join();
   workers_stop_ = true;
   for (std::thread& worker : workers_) worker.join();
   {
@@ -505,31 +558,48 @@ int HttpServer::Handle(MHD_Connection* connection, const char* url, const char* 
     }
   }
   if (state->auth->enabled()) {
-    char* password = nullptr;
-    char* user = MHD_basic_auth_get_username_password(connection, &password);
     bool ok = false;
     AuthGate::Verdict verdict = AuthGate::Verdict::kRun;
     SteadyDuration retry_after{};
-    if (user == nullptr || password == nullptr) {
-      ++counts_->auth_missing;
-    } else if (state->auth->Remembered(user, password)) {
-      ok = true;  // the scrapes of a Prometheus that logged in once: never behind the gate
+    if (conn != nullptr && conn->auth != Conn::Auth::kNone) {
+      // Resumed: the auth thread has checked this request's credentials.
+      ok = conn->auth == Conn::Auth::kOk;
+      conn->auth = Conn::Auth::kNone;
     } else {
-      const std::string client = conn != nullptr ? conn->client : "other";
-      verdict = auth_gate_.Admit(client, std::chrono::steady_clock::now(), &retry_after);
-      if (verdict == AuthGate::Verdict::kRun) {
-        const auto started = std::chrono::steady_clock::now();
-        ok = state->auth->Check(user, password);
-        auth_gate_.Done(client, ok, started, std::chrono::steady_clock::now());
-        if (!ok) ++counts_->auth_wrong;
+      char* password = nullptr;
+      char* user = MHD_basic_auth_get_username_password(connection, &password);
+      bool suspended = false;
+      if (user == nullptr || password == nullptr) {
+        ++counts_->auth_missing;
+      } else if (state->auth->Remembered(user, password)) {
+        ok = true;  // the scrapes of a Prometheus that logged in once: never behind the gate
       } else {
-        ++(verdict == AuthGate::Verdict::kThrottled ? counts_->auth_throttled : counts_->auth_busy);
+        const std::string client = conn != nullptr ? conn->client : "other";
+        verdict = auth_gate_.Admit(client, std::chrono::steady_clock::now(), &retry_after);
+        if (verdict == AuthGate::Verdict::kRun && conn != nullptr) {
+          conn->auth = Conn::Auth::kPending;
+          MHD_suspend_connection(connection);  // before the job exists: its resume cannot come first
+          suspended = Enqueue(AuthJob{connection, conn, state->auth, user, password});
+          if (!suspended) {  // shutting down: no thread to hand it to
+            conn->auth = Conn::Auth::kNone;
+            MHD_resume_connection(connection);
+          }
+        }
+        if (verdict == AuthGate::Verdict::kRun && !suspended) {
+          const auto started = std::chrono::steady_clock::now();
+          ok = state->auth->Check(user, password);
+          auth_gate_.Done(client, ok, started, std::chrono::steady_clock::now());
+          if (!ok) ++counts_->auth_wrong;
+        } else if (verdict != AuthGate::Verdict::kRun) {
+          ++(verdict == AuthGate::Verdict::kThrottled ? counts_->auth_throttled : counts_->auth_busy);
+        }
       }
-    }
-    if (user != nullptr) MHD_free(user);
-    if (password != nullptr) {
-      explicit_bzero(password, strlen(password));
-      MHD_free(password);
+      if (user != nullptr) MHD_free(user);
+      if (password != nullptr) {
+        explicit_bzero(password, strlen(password));
+        MHD_free(password);
+      }
+      if (suspended) return MHD_YES;  // called again once resumed
     }
     if (verdict != AuthGate::Verdict::kRun) {
       // No check was run: 429, and when to come back (RFC 6585), rather than a 401 that would

@@ -103,6 +103,9 @@ class HttpServer {
     bool in_request = false;  // a request is being answered: its response is never cut
     bool cut = false;
     std::shared_ptr<const WebState> web;  // the web config (TLS context) this connection started with
+    // A password check handed to the auth thread: the connection is suspended until it is done.
+    enum class Auth { kNone, kPending, kOk, kWrong };
+    Auth auth = Auth::kNone;
     std::string client;          // ClientKey of the peer: the connection caps and the auth gate count by it
     std::string target_problem;  // of the request being read (TargetProblem), "" if none
   };
@@ -137,6 +140,23 @@ class HttpServer {
   std::atomic<bool> workers_stop_{false};
   void Worker(size_t index);
   void Drain();
+
+  // bcrypt runs on a thread of its own, never on an event loop: a connection whose credentials
+  // need a check is suspended (MHD_suspend_connection) and resumed with the result, so the
+  // loops keep serving scrapes while a check runs (at most one: AuthGate).
+  struct AuthJob {
+    MHD_Connection* connection = nullptr;
+    Conn* conn = nullptr;
+    std::shared_ptr<BasicAuth> auth;  // of the web config the connection started with
+    std::string user, password;
+  };
+  void AuthLoop();
+  bool Enqueue(AuthJob job);  // false once the auth thread has stopped
+  std::mutex auth_mutex_;
+  std::condition_variable auth_wake_;
+  std::vector<AuthJob> auth_jobs_;
+  bool auth_stopping_ = false;
+  std::thread auth_thread_;
 
   std::mutex conns_mutex_;
   std::set<Conn*> conns_;
