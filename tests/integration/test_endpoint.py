@@ -54,19 +54,18 @@ def test_idle_and_trickling_clients_do_not_delay_scrapes(daemon):
     request = b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nUser-Agent: trickle\r\n\r\n"
     body_headers = b"POST /metrics HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100000\r\n\r\n"
 
-    def connect(kind, n=[0]):
-        n[0] += 1
-        source = f"127.0.0.{2 + n[0] % 36}" if kind == "idle" else f"127.0.0.{50 + n[0] % 2}"
+    def connect(kind, source):
+        # A client reconnects from the address it had: no address ever holds more than 25.
         s = socket.create_connection(("127.0.0.1", daemon.port), timeout=10, source_address=(source, 0))
         if kind == "slow-body":
             s.sendall(body_headers)
         s.setblocking(False)
-        state = {"kind": kind, "opened": time.monotonic(), "sent": 0}
+        state = {"kind": kind, "opened": time.monotonic(), "sent": 0, "source": source}
         sel.register(s, selectors.EVENT_READ, state)
         return s
 
-    idle = [connect("idle") for _ in range(900)]
-    slow = [connect("slow-body" if i % 5 == 0 else "slow") for i in range(50)]
+    idle = [connect("idle", f"127.0.0.{2 + i % 36}") for i in range(900)]
+    slow = [connect("slow-body" if i % 5 == 0 else "slow", f"127.0.0.{50 + i % 2}") for i in range(50)]
     cut_after = []          # seconds from connect to the server's close, per trickling client
     cut_kinds = set()
     idle_reopened = 0
@@ -112,10 +111,10 @@ def test_idle_and_trickling_clients_do_not_delay_scrapes(daemon):
                         cut_after.append(time.monotonic() - state["opened"])
                         cut_kinds.add(state["kind"])
                         slow.remove(s)
-                        slow.append(connect(state["kind"]))
+                        slow.append(connect(state["kind"], state["source"]))
                     else:
                         idle.remove(s)
-                        idle.append(connect("idle"))
+                        idle.append(connect("idle", state["source"]))
                         idle_reopened += 1
             threads, rss = proc_status(pid)
             peak["threads"] = max(peak["threads"], threads)
