@@ -9,6 +9,10 @@
 #include <sys/utsname.h>
 #include <zlib.h>
 
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <chrono>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -202,6 +206,40 @@ TEST(HttpServer, ServesTheScrapeBodyWholePlainAndGzipped) {
       EXPECT_TRUE(body == text);
     }
   }
+}
+
+// The watchdog's heartbeat (daemon.cpp feeds systemd only while it holds): an event loop stuck
+// in a handler stops answering it, and answers again once the handler returns.
+TEST(HttpServer, WorkersAliveFailsWhileAHandlerIsStuck) {
+  int port = 0;
+  const int fd = ListenOnLoopback(&port);
+  ASSERT_GE(fd, 0) << strerror(errno);
+  std::mutex mutex;
+  std::condition_variable release;
+  bool released = false;
+  std::string error;
+  std::unique_ptr<HttpServer> server = HttpServer::Start(
+      {fd}, HttpOptions{},
+      [&] {
+        std::unique_lock<std::mutex> lock(mutex);
+        release.wait(lock, [&] { return released; });
+        return std::string("x 1\n");
+      },
+      &error);
+  ASSERT_NE(server, nullptr) << error;
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  EXPECT_TRUE(server->WorkersAlive(std::chrono::milliseconds(500)));
+  std::thread client([port] { Request(port, ""); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  EXPECT_FALSE(server->WorkersAlive(std::chrono::milliseconds(500)));
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    released = true;
+  }
+  release.notify_all();
+  client.join();
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  EXPECT_TRUE(server->WorkersAlive(std::chrono::milliseconds(500)));
 }
 
 const char kHash[] = "$2b$10$1zX7PKoFQz4PGZNr7ZZy0uzewTCTteSDg8IukNQ.b7uiSVBdCsUk6";  // "not-a-password-anyone-uses"
