@@ -643,7 +643,8 @@ int RunDaemon(const Config& config) {
   LogInfo("ready: " + ready_status);
 
   const int exit_signal =
-      ServeUntilSignal(config, sources, &published_bpf, namer, watch, &names, &topology, &detector, state.get(), server.get());
+      ServeUntilSignal(config, sources, &published_bpf, namer, watch, &names, &topology, &detector, state.get(),
+                       server.get());
   if (exit_signal < 0) return kExitFailure;
 
   LogInfo("received " + SignalName(exit_signal) + " (" + strsignal(exit_signal) + "), shutting down");
