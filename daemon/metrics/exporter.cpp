@@ -45,8 +45,9 @@ ClientMetric CounterValue(std::vector<ClientMetric::Label> labels, double value)
 
 constexpr double kNanosecondsPerSecond = 1e9;
 
-const char* const kCounterNames[MW_CNT_MAX] = {"inflight_map_full", "device_map_full", "complete_without_issue",
-                                               "request_without_disk", "origin_map_full", "flush", "passthrough"};
+const char* const kCounterNames[MW_CNT_MAX] = {"inflight_map_full",    "device_map_full", "complete_without_issue",
+                                               "request_without_disk", "origin_map_full", "complete_not_seen",
+                                               "flush",                "passthrough"};
 
 // One sysfs lookup per device and scrape, however many ops and origins it has.
 class ScrapeNames {
@@ -251,7 +252,9 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
   MetricFamily events = Family("mergewatch_bpf_events_dropped_total",
                                "Events the BPF programs could not account, by reason. complete_without_issue counts "
                                "data completions whose dispatch was not seen (requests in flight when the daemon "
-                               "started); program_nested counts runs the kernel skipped because the same program was "
+                               "started); complete_not_seen counts requests dispatched again with no completion seen since "
+                               "(the kernel did not run the completion program); program_nested counts runs the kernel "
+                               "skipped because the same program was "
                                "already running on that CPU (an interrupt's completion on top of another); flushes and "
                                "passthrough commands are not in it.",
                                MetricType::Counter);

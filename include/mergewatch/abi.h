@@ -133,11 +133,12 @@ struct mw_dev_stats {
 #define MW_CNT_COMPLETE_UNMATCHED 2 /* a data completion whose issue was not seen: issued before attach */
 #define MW_CNT_NO_DISK 3           /* a data request without a gendisk, not attributed */
 #define MW_CNT_ORIGIN_FULL 4       /* a remapped request could not be attributed: too many origins */
+#define MW_CNT_COMPLETE_NOT_SEEN 5 /* a request dispatched again with no completion or requeue seen since: untimed */
 /* Indexes from here on are traffic that is not block I/O, not lost events. */
-#define MW_CNT_FIRST_NOT_LOST 5
-#define MW_CNT_FLUSH 5             /* REQ_OP_FLUSH requests dispatched (empty flushes, flush sequences) */
-#define MW_CNT_PASSTHROUGH 6       /* REQ_OP_DRV_IN/OUT dispatched (SG_IO, NVMe admin/ioctl commands) */
-#define MW_CNT_MAX 7
+#define MW_CNT_FIRST_NOT_LOST 6
+#define MW_CNT_FLUSH 6             /* REQ_OP_FLUSH requests dispatched (empty flushes, flush sequences) */
+#define MW_CNT_PASSTHROUGH 7       /* REQ_OP_DRV_IN/OUT dispatched (SG_IO, NVMe admin/ioctl commands) */
+#define MW_CNT_MAX 8
 
 /* In-flight request state: one slot of the in-flight table, owned by the request at `rq`. */
 struct mw_inflight {

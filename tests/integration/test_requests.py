@@ -45,7 +45,8 @@ def read_shape(samples, dev, get=value):
         "missed_merges": get(samples, MISSED, **labels),
         # The daemon's own, over every disk of the host: only deltas mean anything.
         "untimed_host": sum(value(samples, "mergewatch_bpf_events_dropped_total", reason=r)
-                            for r in ("inflight_map_full", "complete_without_issue", "program_nested")),
+                            for r in ("inflight_map_full", "complete_without_issue", "complete_not_seen",
+                                      "program_nested")),
     }
 
 
