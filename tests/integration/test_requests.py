@@ -156,3 +156,17 @@ def test_latency_histogram_is_consistent(daemon, loop_device):
     highest = bounds[occupied[-1]] if occupied[-1] < len(bounds) else float("inf")
     assert lowest <= mean <= highest, (mean, lowest, highest, cumulative)
     assert mean <= fio_job["lat_ns"]["mean"] / 1e9, (mean, fio_job["lat_ns"])
+
+
+@pytest.mark.parametrize("scheduler", ["none", "mq-deadline"])
+@pytest.mark.parametrize("rw", ["randread", "read"])
+def test_every_request_is_timed_or_counted_untimed(daemon, loop_device, scheduler, rw):
+    """10 s of 4 KiB direct reads 64 deep (a few hundred thousand to 2 M requests), on each
+    tracepoint mode: once I/O stops, every request counted is timed or counted under a drop reason
+    (issue 24 found 35 of 5 M and 293 of 7.6 M untimed with every reason at 0: completions no
+    program ran for, now complete_not_seen; test_completion_not_seen.py checks that count itself)."""
+    dev = loop_device(size_mb=256)
+    dev.set_queue(scheduler=scheduler, nomerges=2)  # one request per 4 KiB read: the most requests
+    d = measure(daemon, dev, rw=rw, iodepth=64, batch=16, size_mb=256, extra=("--time_based", "--runtime=10"))
+    assert d["requests"] > 100000, d
+    assert_counts_agree_with_diskstats(d)
