@@ -238,6 +238,7 @@ struct HttpCallbacks {
     if (HttpServer::Conn* conn = ConnOf(connection)) {
       std::lock_guard<std::mutex> lock(server->conns_mutex_);
       conn->in_request = false;
+      conn->answered = true;
       conn->waiting_since = std::chrono::steady_clock::now();
     }
   }
@@ -429,11 +430,18 @@ void HttpServer::Drain() {
   fds_.clear();
   if (workers_.empty()) return;
   const auto deadline = std::chrono::steady_clock::now() + options_.limits.drain_timeout;
+  // A connection that has just answered may hold the next request of a pipeline, already read and
+  // not yet begun (in_request is false between the two): it gets this long to begin it. An idle
+  // keep-alive connection answered long ago is not waited for. (Without it, 208 of 300 pipelined
+  // scrapes were answered under ASan, 2 runs of 6: the drain ended between two of them.)
+  constexpr auto kPipelineGrace = std::chrono::milliseconds(200);
   while (std::chrono::steady_clock::now() < deadline) {
     bool busy = false;
+    const auto now = std::chrono::steady_clock::now();
     {
       std::lock_guard<std::mutex> lock(conns_mutex_);
-      for (const Conn* conn : conns_) busy |= conn->in_request;
+      for (const Conn* conn : conns_)
+        busy |= conn->in_request || (conn->answered && !conn->cut && now - conn->waiting_since < kPipelineGrace);
     }
     if (!busy) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

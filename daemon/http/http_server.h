@@ -101,6 +101,7 @@ class HttpServer {
     int fd = -1;
     std::chrono::steady_clock::time_point waiting_since;
     bool in_request = false;  // a request is being answered: its response is never cut
+    bool answered = false;    // at least one response was sent (waiting_since is then its end)
     bool cut = false;
     std::shared_ptr<const WebState> web;  // the web config (TLS context) this connection started with
     // A password check handed to the auth thread: the connection is suspended until it is done.
