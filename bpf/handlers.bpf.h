@@ -130,9 +130,7 @@ static __always_inline void MW_FN(queue_limits)(struct request_queue *q, struct 
 
 static __always_inline struct blk_plug *MW_FN(current_plug)(void)
 {
-	struct task_struct *task = MW_CURRENT_TASK();
-
-	return task ? MW_READ(task, plug) : NULL;
+	return MW_FN(mw_current_plug)();
 }
 
 /* Does the request at `rq` (a number) still sit in the scheduler, inserted and not issued? */
@@ -173,7 +171,7 @@ static __always_inline bool MW_FN(missed_merge)(struct bio *bio, struct gendisk 
 	MW_FN(bio_side)(bio, opf, lim.virt_boundary_mask != 0, MW_READ(q, limits.max_segment_size), &b);
 	ev->bytes = (__u64)b.sectors << 9;
 	if (plug) {
-		plug_count = MW_READ(plug, rq_count);
+		plug_count = MW_FN(mw_plug_rq_count)(plug);
 		gen = bpf_map_lookup_elem(&plug_gens, &gen_index);
 		if (gen && gen->plug != plug_id)
 			mw_plug_gen_start(gen, plug_id, bpf_ktime_get_ns());

@@ -5,8 +5,10 @@
  * daemon reads the maps at scrape time. No per-event traffic to user space.
  *
  * Two program sets share one handler each: tp_btf (typed, cheapest) and a raw_tp
- * fallback for kernels whose BTF cannot back tp_btf. The daemon enables one set with
- * bpf_program__set_autoload() and sets the argument positions below from BTF.
+ * fallback for kernels whose BTF cannot back tp_btf. Each tracepoint whose arguments
+ * changed has one program per argument layout (the _q variants: the layout up to v5.10,
+ * with the request_queue first). The daemon enables one set and, per tracepoint, the
+ * variant its BTF prototype matches, with bpf_program__set_autoload().
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -26,20 +28,6 @@
 #define MW_DIRECT_READ(...) MW_CONCAT(MW_ARROW, MW_NARG(__VA_ARGS__))(__VA_ARGS__)
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
-
-/*
- * Argument positions, set by the daemon from the btf_trace_<tp> prototypes.
- * v5.11 dropped the request_queue argument of the request and bio-merge tracepoints:
- * commit a54895fa057c ("block: remove the request_queue to argument request based tracepoints")
- * commit e8a676d61c07 ("block: simplify and extend the block_bio_merge tracepoint class")
- * (also backported to 5.10.y, which is why the position comes from BTF, not from a version).
- */
-const volatile __u32 targ_rq_arg = 0;        /* block_rq_insert/issue: (rq) or (q, rq) */
-const volatile __u32 targ_bio_merge_arg = 0; /* block_bio_*merge: (bio) or (q, rq, bio) */
-const volatile __u32 targ_bio_queue_arg = 0; /* block_bio_queue: (bio) or (q, bio) */
-const volatile __u32 targ_getrq_arg = 0;     /* block_getrq: (bio) or (q, bio, rw) */
-/* block_bio_remap: (bio, dev, from) or (q, bio, dev, from); commit 1c02fca620f7 (v5.11) */
-const volatile __u32 targ_bio_remap_arg = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
@@ -351,86 +339,83 @@ static __always_inline void hist_add(__u64 *slots, __u64 *sum, __u64 value, __u3
 #define MW_FN(name) name##_btf
 #define MW_READ MW_DIRECT_READ
 #define MW_READ_BITFIELD BPF_CORE_READ_BITFIELD
-#define MW_CURRENT_TASK() bpf_get_current_task_btf()
+#define MW_TYPED_ARGS 1
 #include "handlers.bpf.h"
 #undef MW_FN
 #undef MW_READ
 #undef MW_READ_BITFIELD
-#undef MW_CURRENT_TASK
+#undef MW_TYPED_ARGS
 
 /* raw_tp fallback: the same handlers reading through bpf_probe_read_kernel */
 #define MW_FN(name) name##_raw
 #define MW_READ BPF_CORE_READ
 #define MW_READ_BITFIELD BPF_CORE_READ_BITFIELD_PROBED
-#define MW_CURRENT_TASK() ((struct task_struct *)bpf_get_current_task())
 #include "handlers.bpf.h"
 #undef MW_FN
 #undef MW_READ
 #undef MW_READ_BITFIELD
-#undef MW_CURRENT_TASK
 
-/* Constant-offset context reads: the verifier rejects a variable index into ctx. */
-#define RQ_ARG(ctx) ((struct request *)(targ_rq_arg ? (ctx)[1] : (ctx)[0]))
-#define BIO_MERGE_ARG(ctx) ((struct bio *)(targ_bio_merge_arg ? (ctx)[2] : (ctx)[0]))
-#define BIO_QUEUE_ARG(ctx) ((struct bio *)(targ_bio_queue_arg ? (ctx)[1] : (ctx)[0]))
-#define GETRQ_ARG(ctx) ((struct bio *)(targ_getrq_arg ? (ctx)[1] : (ctx)[0]))
+/*
+ * One program per argument layout, each reading ctx at constant offsets. A position chosen
+ * at run time (even from a .rodata constant) compiles to a ctx pointer plus an offset, and
+ * the verifier refuses any load through a modified ctx pointer ("dereference of modified ctx
+ * ptr R7 off=16 disallowed", check_ctx_reg() in kernel/bpf/verifier.c, as of 5.10 and since).
+ * The layouts: v5.11 dropped the request_queue argument of the request and bio tracepoints,
+ * commit a54895fa057c ("block: remove the request_queue to argument request based tracepoints"),
+ * commit e8a676d61c07 ("block: simplify and extend the block_bio_merge tracepoint class"),
+ * commit 1c02fca620f7 ("block: remove the request_queue argument to the block_bio_remap
+ * tracepoint"), and the same series for block_bio_queue and block_getrq. The daemon picks the
+ * variant from the btf_trace_<tp> prototype's arity (bpf_loader.cpp, ChooseVariants), never
+ * from a version: distributions backport such changes.
+ *
+ * MW_PROG_PAIR(tp, name, call_new, call_old) defines <prefix>_<name> for the v5.11+ layout and
+ * <prefix>_<name>_q for the layout with the request_queue first.
+ */
+#define MW_BTF_PROG(tp, name, call)                                                                \
+	SEC("tp_btf/" tp)                                                                          \
+	int BPF_PROG(name) { return MW_NESTED(call); }
+#define MW_RAW_PROG(tp, name, call)                                                                \
+	SEC("raw_tp/" tp)                                                                          \
+	int name(__u64 *ctx) { return MW_NESTED(call); }
 
-/* Three arguments from one of two positions: two separate constant-offset paths. */
-#define REMAP_FROM_CTX(handler, ctx)                                                     \
-	(targ_bio_remap_arg ? handler((struct bio *)(ctx)[1], (__u32)(ctx)[2], (ctx)[3])   \
-			    : handler((struct bio *)(ctx)[0], (__u32)(ctx)[1], (ctx)[2]))
+/* block_rq_insert/issue/requeue: (rq) or (q, rq) */
+MW_BTF_PROG("block_rq_insert", btf_rq_insert, handle_rq_insert_btf((struct request *)ctx[0]))
+MW_BTF_PROG("block_rq_insert", btf_rq_insert_q, handle_rq_insert_btf((struct request *)ctx[1]))
+MW_BTF_PROG("block_rq_issue", btf_rq_issue, handle_rq_issue_btf((struct request *)ctx[0]))
+MW_BTF_PROG("block_rq_issue", btf_rq_issue_q, handle_rq_issue_btf((struct request *)ctx[1]))
+MW_BTF_PROG("block_rq_requeue", btf_rq_requeue, handle_rq_requeue_btf((struct request *)ctx[0]))
+MW_BTF_PROG("block_rq_requeue", btf_rq_requeue_q, handle_rq_requeue_btf((struct request *)ctx[1]))
+/* (rq, error, nr_bytes) since v4.13; raw_tp/tp_btf need 4.17+ anyway: one layout. */
+MW_BTF_PROG("block_rq_complete", btf_rq_complete, handle_rq_complete_btf((void *)ctx[0], (__u32)ctx[2]))
+/* block_bio_back/frontmerge: (bio) or (q, rq, bio) */
+MW_BTF_PROG("block_bio_backmerge", btf_bio_backmerge, handle_bio_merge_btf((struct bio *)ctx[0], true))
+MW_BTF_PROG("block_bio_backmerge", btf_bio_backmerge_q, handle_bio_merge_btf((struct bio *)ctx[2], true))
+MW_BTF_PROG("block_bio_frontmerge", btf_bio_frontmerge, handle_bio_merge_btf((struct bio *)ctx[0], false))
+MW_BTF_PROG("block_bio_frontmerge", btf_bio_frontmerge_q, handle_bio_merge_btf((struct bio *)ctx[2], false))
+/* block_bio_queue: (bio) or (q, bio) */
+MW_BTF_PROG("block_bio_queue", btf_bio_queue, handle_bio_queue_btf((struct bio *)ctx[0]))
+MW_BTF_PROG("block_bio_queue", btf_bio_queue_q, handle_bio_queue_btf((struct bio *)ctx[1]))
+/* block_getrq: (bio) or (q, bio, rw) */
+MW_BTF_PROG("block_getrq", btf_getrq, handle_getrq_btf((struct bio *)ctx[0]))
+MW_BTF_PROG("block_getrq", btf_getrq_q, handle_getrq_btf((struct bio *)ctx[1]))
+/* block_bio_remap: (bio, dev, from) or (q, bio, dev, from) */
+MW_BTF_PROG("block_bio_remap", btf_bio_remap, handle_bio_remap_btf((struct bio *)ctx[0], (__u32)ctx[1], ctx[2]))
+MW_BTF_PROG("block_bio_remap", btf_bio_remap_q, handle_bio_remap_btf((struct bio *)ctx[1], (__u32)ctx[2], ctx[3]))
 
-SEC("tp_btf/block_rq_insert")
-int BPF_PROG(btf_rq_insert) { return MW_NESTED(handle_rq_insert_btf(RQ_ARG(ctx))); }
-
-SEC("tp_btf/block_rq_issue")
-int BPF_PROG(btf_rq_issue) { return MW_NESTED(handle_rq_issue_btf(RQ_ARG(ctx))); }
-
-/* (rq, error, nr_bytes) since v4.13; raw_tp/tp_btf need 4.17+ anyway. */
-SEC("tp_btf/block_rq_requeue")
-int BPF_PROG(btf_rq_requeue) { return MW_NESTED(handle_rq_requeue_btf(RQ_ARG(ctx))); }
-
-SEC("tp_btf/block_rq_complete")
-int BPF_PROG(btf_rq_complete) { return MW_NESTED(handle_rq_complete_btf((void *)ctx[0], (__u32)ctx[2])); }
-
-SEC("tp_btf/block_bio_backmerge")
-int BPF_PROG(btf_bio_backmerge) { return MW_NESTED(handle_bio_merge_btf(BIO_MERGE_ARG(ctx), true)); }
-
-SEC("tp_btf/block_bio_frontmerge")
-int BPF_PROG(btf_bio_frontmerge) { return MW_NESTED(handle_bio_merge_btf(BIO_MERGE_ARG(ctx), false)); }
-
-SEC("tp_btf/block_bio_queue")
-int BPF_PROG(btf_bio_queue) { return MW_NESTED(handle_bio_queue_btf(BIO_QUEUE_ARG(ctx))); }
-
-SEC("tp_btf/block_getrq")
-int BPF_PROG(btf_getrq) { return MW_NESTED(handle_getrq_btf(GETRQ_ARG(ctx))); }
-
-SEC("tp_btf/block_bio_remap")
-int BPF_PROG(btf_bio_remap) { return MW_NESTED(REMAP_FROM_CTX(handle_bio_remap_btf, ctx)); }
-
-SEC("raw_tp/block_rq_insert")
-int raw_rq_insert(__u64 *ctx) { return MW_NESTED(handle_rq_insert_raw(RQ_ARG(ctx))); }
-
-SEC("raw_tp/block_rq_issue")
-int raw_rq_issue(__u64 *ctx) { return MW_NESTED(handle_rq_issue_raw(RQ_ARG(ctx))); }
-
-SEC("raw_tp/block_rq_requeue")
-int raw_rq_requeue(__u64 *ctx) { return MW_NESTED(handle_rq_requeue_raw(RQ_ARG(ctx))); }
-
-SEC("raw_tp/block_rq_complete")
-int raw_rq_complete(__u64 *ctx) { return MW_NESTED(handle_rq_complete_raw((void *)ctx[0], (__u32)ctx[2])); }
-
-SEC("raw_tp/block_bio_backmerge")
-int raw_bio_backmerge(__u64 *ctx) { return MW_NESTED(handle_bio_merge_raw(BIO_MERGE_ARG(ctx), true)); }
-
-SEC("raw_tp/block_bio_frontmerge")
-int raw_bio_frontmerge(__u64 *ctx) { return MW_NESTED(handle_bio_merge_raw(BIO_MERGE_ARG(ctx), false)); }
-
-SEC("raw_tp/block_bio_queue")
-int raw_bio_queue(__u64 *ctx) { return MW_NESTED(handle_bio_queue_raw(BIO_QUEUE_ARG(ctx))); }
-
-SEC("raw_tp/block_getrq")
-int raw_getrq(__u64 *ctx) { return MW_NESTED(handle_getrq_raw(GETRQ_ARG(ctx))); }
-
-SEC("raw_tp/block_bio_remap")
-int raw_bio_remap(__u64 *ctx) { return MW_NESTED(REMAP_FROM_CTX(handle_bio_remap_raw, ctx)); }
+MW_RAW_PROG("block_rq_insert", raw_rq_insert, handle_rq_insert_raw((struct request *)ctx[0]))
+MW_RAW_PROG("block_rq_insert", raw_rq_insert_q, handle_rq_insert_raw((struct request *)ctx[1]))
+MW_RAW_PROG("block_rq_issue", raw_rq_issue, handle_rq_issue_raw((struct request *)ctx[0]))
+MW_RAW_PROG("block_rq_issue", raw_rq_issue_q, handle_rq_issue_raw((struct request *)ctx[1]))
+MW_RAW_PROG("block_rq_requeue", raw_rq_requeue, handle_rq_requeue_raw((struct request *)ctx[0]))
+MW_RAW_PROG("block_rq_requeue", raw_rq_requeue_q, handle_rq_requeue_raw((struct request *)ctx[1]))
+MW_RAW_PROG("block_rq_complete", raw_rq_complete, handle_rq_complete_raw((void *)ctx[0], (__u32)ctx[2]))
+MW_RAW_PROG("block_bio_backmerge", raw_bio_backmerge, handle_bio_merge_raw((struct bio *)ctx[0], true))
+MW_RAW_PROG("block_bio_backmerge", raw_bio_backmerge_q, handle_bio_merge_raw((struct bio *)ctx[2], true))
+MW_RAW_PROG("block_bio_frontmerge", raw_bio_frontmerge, handle_bio_merge_raw((struct bio *)ctx[0], false))
+MW_RAW_PROG("block_bio_frontmerge", raw_bio_frontmerge_q, handle_bio_merge_raw((struct bio *)ctx[2], false))
+MW_RAW_PROG("block_bio_queue", raw_bio_queue, handle_bio_queue_raw((struct bio *)ctx[0]))
+MW_RAW_PROG("block_bio_queue", raw_bio_queue_q, handle_bio_queue_raw((struct bio *)ctx[1]))
+MW_RAW_PROG("block_getrq", raw_getrq, handle_getrq_raw((struct bio *)ctx[0]))
+MW_RAW_PROG("block_getrq", raw_getrq_q, handle_getrq_raw((struct bio *)ctx[1]))
+MW_RAW_PROG("block_bio_remap", raw_bio_remap, handle_bio_remap_raw((struct bio *)ctx[0], (__u32)ctx[1], ctx[2]))
+MW_RAW_PROG("block_bio_remap", raw_bio_remap_q, handle_bio_remap_raw((struct bio *)ctx[1], (__u32)ctx[2], ctx[3]))

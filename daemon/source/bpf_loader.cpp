@@ -87,6 +87,36 @@ int TracepointArity(const struct btf* btf, const std::string& tracepoint) {
   return btf_vlen(type) - 1;  // minus the leading void *__data
 }
 
+// The argument counts of each tracepoint's two layouts: v5.11+ (no request_queue) and before
+// (the request_queue first); mergewatch.bpf.c has a program for each (the _q ones: before).
+struct TracepointLayouts {
+  const char* tracepoint;
+  int new_arity;
+  int old_arity;
+};
+constexpr TracepointLayouts kTracepointLayouts[] = {
+    {"block_rq_insert", 1, 2},     {"block_rq_issue", 1, 2},       {"block_rq_requeue", 1, 2},
+    {"block_rq_complete", 3, 3},   {"block_bio_backmerge", 1, 3},  {"block_bio_frontmerge", 1, 3},
+    {"block_bio_queue", 1, 2},     {"block_getrq", 1, 3},          {"block_bio_remap", 3, 4},
+};
+
+// Does `enum name` (of any size) have a value called `value`? What bpf_core_enum_value_exists
+// asks libbpf in the BPF programs, asked again here of the same BTF file to log the choice.
+bool EnumHasValue(const struct btf* btf, const char* name, const char* value) {
+  for (int kind : {static_cast<int>(BTF_KIND_ENUM), static_cast<int>(BTF_KIND_ENUM64)}) {
+    const int id = btf__find_by_name_kind(btf, name, kind);
+    if (id < 0) continue;
+    const struct btf_type* type = btf__type_by_id(btf, id);
+    const int n = btf_vlen(type);
+    for (int i = 0; i < n; ++i) {
+      const uint32_t name_off = kind == BTF_KIND_ENUM ? btf_enum(type)[i].name_off : btf_enum64(type)[i].name_off;
+      const char* s = btf__name_by_offset(btf, name_off);
+      if (s != nullptr && strcmp(s, value) == 0) return true;
+    }
+  }
+  return false;
+}
+
 std::pair<std::string, std::string> SplitSection(const char* section) {
   std::string s = section != nullptr ? section : "";
   size_t slash = s.find('/');
@@ -101,25 +131,48 @@ LoadReply Failure(ProbeError kind, std::string error) {
   return reply;
 }
 
+// The active lockdown mode line of securityfs ("none integrity [confidentiality]"); empty if
+// securityfs is not mounted or the kernel has no lockdown LSM.
+std::string ReadLockdown() {
+  std::string text;
+  if (FILE* f = fopen("/sys/kernel/security/lockdown", "re")) {
+    char line[256] = {};
+    if (fgets(line, sizeof(line), f) != nullptr) text = line;
+    fclose(f);
+  }
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text;
+}
+
+LoadReply LockdownFailure(const std::string& lockdown, const std::string& details) {
+  return Failure(ProbeError::kLockdown,
+                 "kernel lockdown (confidentiality) refuses BPF reads: the kernel refuses bpf_probe_read_kernel to "
+                 "every BPF program, and mergewatch's programs need it (/sys/kernel/security/lockdown: " +
+                     (lockdown.empty() ? std::string("not readable") : lockdown) + ")" + details);
+}
+
 // The whole load, as it ran in-process before the loader child existed. Runs in the child:
 // on success the skeleton is left open on purpose (its descriptors are what the child sends;
 // the child's exit closes its copies).
 LoadReply LoadHere(const ProbeOptions& options) {
-  TracepointLayout layout;
+  KernelFeatures features;
   std::string error;
-  if (access(options.btf_path.c_str(), R_OK) != 0 || !ReadTracepointLayout(options.btf_path, &layout, &error)) {
+  if (access(options.btf_path.c_str(), R_OK) != 0 || !ReadKernelFeatures(options.btf_path, &features, &error)) {
     if (error.empty()) error = "cannot read kernel BTF from " + options.btf_path + ": " + strerror(errno);
     error.append(". mergewatchd needs a kernel built with CONFIG_DEBUG_INFO_BTF=y (/sys/kernel/btf/vmlinux), "
                  "or --path.btf pointing at the running kernel's BTF");
     return Failure(ProbeError::kNoBtf, error);
   }
-  for (const std::string& tp : layout.missing) LogWarn("kernel has no tracepoint " + tp + "; not attached");
+  if (!features.current_task_btf)
+    LogInfo("kernel BTF has no bpf_get_current_task_btf (before v5.11): the plug is read with "
+            "bpf_get_current_task and bpf_probe_read_kernel");
   if (!HasBpfPrivilege()) {
     return Failure(ProbeError::kNoPrivilege,
                    "not privileged to load BPF: run as root, or grant CAP_BPF, CAP_PERFMON (kernel 5.8+) and "
                    "CAP_SYS_RESOURCE; before 5.8 CAP_SYS_ADMIN is needed");
   }
 
+  const std::string lockdown = ReadLockdown();
   std::string failures;
   std::string causes;  // one line: "tp_btf: <strerror>; raw_tp: <strerror>"
   for (const char* mode : {"tp_btf", "raw_tp"}) {
@@ -129,26 +182,42 @@ LoadReply LoadHere(const ProbeOptions& options) {
     mergewatch_bpf* skel = mergewatch_bpf__open_opts(&open_opts);
     if (skel == nullptr)
       return Failure(ProbeError::kLoad, std::string("cannot open the BPF object: ") + strerror(errno) + LibbpfTail());
-    skel->rodata->targ_rq_arg = layout.rq_arg;
-    skel->rodata->targ_bio_merge_arg = layout.bio_merge_arg;
-    skel->rodata->targ_bio_queue_arg = layout.bio_queue_arg;
-    skel->rodata->targ_getrq_arg = layout.getrq_arg;
-    skel->rodata->targ_bio_remap_arg = layout.bio_remap_arg;
     const uint32_t slot_bits = InflightSlotBits(options.inflight_entries);
     skel->rodata->inflight_slot_bits = slot_bits;
     bpf_map__set_max_entries(skel->maps.inflight, 1u << slot_bits);
 
     struct bpf_program* prog;
+    std::vector<ProgramId> programs;
+    bpf_object__for_each_program(prog, skel->obj)
+        programs.push_back(ProgramId{bpf_program__name(prog), bpf_program__section_name(prog)});
+    const VariantPlan plan = ChooseVariants(mode, features, programs);
+    if (std::string(mode) == "tp_btf" || options.program_type == "raw_tp") {  // said once, not per mode
+      for (const std::string& tp : plan.missing) LogWarn("kernel has no tracepoint " + tp + "; not attached");
+      for (const std::string& why : plan.unknown_layout) LogWarn("not attached: " + why);
+      if (!plan.old_layout.empty()) {
+        std::string list;
+        for (const std::string& tp : plan.old_layout) list += (list.empty() ? "" : ", ") + tp;
+        LogInfo("tracepoints with the request_queue argument first (the layout before v5.11): " + list);
+      }
+    }
+    for (const char* required : kRequiredTracepoints) {
+      for (const std::string& why : plan.unknown_layout) {
+        if (why.compare(0, strlen(required) + 1, std::string(required) + " ") == 0) {
+          mergewatch_bpf__destroy(skel);
+          return Failure(ProbeError::kLoad, "unknown argument layout of a required tracepoint: " + why);
+        }
+      }
+    }
     bpf_object__for_each_program(prog, skel->obj) {
-      auto [prog_mode, tracepoint] = SplitSection(bpf_program__section_name(prog));
-      bool missing = false;
-      for (const std::string& m : layout.missing) missing |= (m == tracepoint);
-      bpf_program__set_autoload(prog, prog_mode == mode && !missing);
+      bool wanted = false;
+      for (const std::string& name : plan.load) wanted |= (name == bpf_program__name(prog));
+      bpf_program__set_autoload(prog, wanted);
     }
     int err = mergewatch_bpf__load(skel);
     if (err != 0) {
       mergewatch_bpf__destroy(skel);
       if (err == -EPERM) {
+        if (LockdownRefusesBpfReads(lockdown, "")) return LockdownFailure(lockdown, LibbpfTail());
         return Failure(ProbeError::kNoPrivilege,
                        std::string("the kernel refused BPF (") + strerror(-err) +
                            "): run as root or with CAP_BPF and CAP_PERFMON; check kernel.unprivileged_bpf_disabled "
@@ -192,6 +261,7 @@ LoadReply LoadHere(const ProbeOptions& options) {
     }
     return reply;
   }
+  if (LockdownRefusesBpfReads(lockdown, failures)) return LockdownFailure(lockdown, failures);
   // The first line names each mode's cause: mergewatch_detection_info's reason label keeps only that line.
   return Failure(ProbeError::kLoad, (options.program_type == "auto"
                                          ? std::string("the BPF programs did not load in any mode (")
@@ -366,34 +436,61 @@ uint32_t InflightSlotBits(uint32_t entries) {
   return bits;
 }
 
-bool ReadTracepointLayout(const std::string& btf_path, TracepointLayout* layout, std::string* error) {
+bool ReadKernelFeatures(const std::string& btf_path, KernelFeatures* features, std::string* error) {
   struct btf* btf = btf__parse(btf_path.c_str(), nullptr);
   if (btf == nullptr) {
     *error = "cannot read kernel BTF from " + btf_path + ": " + strerror(errno);
     return false;
   }
-  int rq = TracepointArity(btf, "block_rq_issue");
-  int merge = TracepointArity(btf, "block_bio_backmerge");
-  int queue = TracepointArity(btf, "block_bio_queue");
-  int getrq = TracepointArity(btf, "block_getrq");
-  int remap = TracepointArity(btf, "block_bio_remap");
-  if (rq < 0) {
+  if (TracepointArity(btf, "block_rq_issue") < 0) {
     btf__free(btf);
     *error = btf_path + " has no btf_trace_block_rq_issue: not the BTF of a kernel with block tracepoints";
     return false;
   }
-  layout->rq_arg = rq >= 2 ? 1 : 0;
-  layout->bio_merge_arg = merge >= 3 ? 2 : 0;
-  layout->bio_queue_arg = queue >= 2 ? 1 : 0;
-  layout->getrq_arg = getrq >= 2 ? 1 : 0;
-  layout->bio_remap_arg = remap >= 4 ? 1 : 0;
-  for (const char* tp : {"block_rq_insert", "block_rq_issue", "block_rq_requeue", "block_rq_complete",
-                         "block_bio_backmerge",
-                         "block_bio_frontmerge", "block_bio_queue", "block_getrq", "block_bio_remap"}) {
-    if (TracepointArity(btf, tp) < 0) layout->missing.push_back(tp);
+  features->tracepoint_arity.clear();
+  for (const TracepointLayouts& t : kTracepointLayouts) {
+    const int arity = TracepointArity(btf, t.tracepoint);
+    if (arity >= 0) features->tracepoint_arity[t.tracepoint] = arity;
   }
+  features->current_task_btf = EnumHasValue(btf, "bpf_func_id", "BPF_FUNC_get_current_task_btf");
   btf__free(btf);
   return true;
+}
+
+VariantPlan ChooseVariants(const std::string& mode, const KernelFeatures& features,
+                           const std::vector<ProgramId>& programs) {
+  VariantPlan plan;
+  for (const TracepointLayouts& t : kTracepointLayouts) {
+    auto found = features.tracepoint_arity.find(t.tracepoint);
+    bool old_layout = false;
+    if (found == features.tracepoint_arity.end()) {
+      plan.missing.push_back(t.tracepoint);
+      continue;
+    }
+    if (found->second == t.old_arity && t.old_arity != t.new_arity) {
+      old_layout = true;
+      plan.old_layout.push_back(t.tracepoint);
+    } else if (found->second != t.new_arity) {
+      plan.unknown_layout.push_back(std::string(t.tracepoint) + " has " + std::to_string(found->second) +
+                                    " arguments; mergewatchd knows " + std::to_string(t.new_arity) +
+                                    (t.old_arity != t.new_arity ? " and " + std::to_string(t.old_arity) : ""));
+      continue;
+    }
+    for (const ProgramId& p : programs) {
+      auto [prog_mode, tracepoint] = SplitSection(p.section.c_str());
+      if (prog_mode != mode || tracepoint != t.tracepoint) continue;
+      const bool q_variant = p.name.size() > 2 && p.name.compare(p.name.size() - 2, 2, "_q") == 0;
+      if (q_variant == old_layout) plan.load.push_back(p.name);
+    }
+  }
+  return plan;
+}
+
+bool LockdownRefusesBpfReads(const std::string& lockdown, const std::string& load_log) {
+  if (lockdown.find("[confidentiality]") != std::string::npos) return true;
+  // securityfs not mounted (lockdown unknown): the verifier's refusal of the read helpers.
+  return lockdown.empty() && (load_log.find("unknown func bpf_probe_read_kernel") != std::string::npos ||
+                              load_log.find("unknown func bpf_probe_read_compat") != std::string::npos);
 }
 
 void CloseReplyFds(LoadReply* reply) {
@@ -459,7 +556,7 @@ bool DecodeLoadReply(const std::string& bytes, const std::vector<int>& fds, Load
   LoadReply out;
   uint32_t kind;
   uint32_t magic_word;  // checked above; read to step over it
-  if (!in.U32(&magic_word) || !in.U32(&kind) || kind > static_cast<uint32_t>(ProbeError::kLoad))
+  if (!in.U32(&magic_word) || !in.U32(&kind) || kind > static_cast<uint32_t>(ProbeError::kLockdown))
     return bad("unknown error kind");
   out.kind = static_cast<ProbeError>(kind);
   if (out.kind != ProbeError::kNone) {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,24 +27,53 @@ struct ProbeOptions {
   std::string program_type = "auto";  // auto, tp_btf or raw_tp (--bpf.program-type)
 };
 
-// Why loading failed, so main can pick the exit code and the advice.
-enum class ProbeError { kNone, kNoBtf, kNoPrivilege, kLoad };
+// Why loading failed, so main can pick the exit code and the advice. kLockdown: the kernel's
+// confidentiality lockdown refuses what the programs need (bpf_probe_read_kernel); a source
+// without BPF can stand in (issue 23), retrying cannot help.
+enum class ProbeError { kNone, kNoBtf, kNoPrivilege, kLoad, kLockdown };
 
-// Positions of the arguments the programs read, from the btf_trace_<tp> prototypes.
-struct TracepointLayout {
-  uint32_t rq_arg = 0;         // block_rq_insert/issue: 0 for (rq), 1 for (q, rq)
-  uint32_t bio_merge_arg = 0;  // block_bio_backmerge: 0 for (bio), 2 for (q, rq, bio)
-  uint32_t bio_queue_arg = 0;  // block_bio_queue: 0 for (bio), 1 for (q, bio)
-  uint32_t getrq_arg = 0;      // block_getrq: 0 for (bio), 1 for (q, bio, rw)
-  uint32_t bio_remap_arg = 0;  // block_bio_remap: 0 for (bio, dev, from), 1 for (q, bio, dev, from)
-  std::vector<std::string> missing;  // tracepoints the kernel does not have
+// Does this failed load come from confidentiality lockdown? `lockdown` is the text of
+// /sys/kernel/security/lockdown ("none integrity [confidentiality]": the bracketed mode is
+// active; empty when securityfs is not mounted), `load_log` what libbpf and the verifier said.
+// The verifier's sign is the helper it no longer knows: "unknown func bpf_probe_read_kernel".
+bool LockdownRefusesBpfReads(const std::string& lockdown, const std::string& load_log);
+
+// What the loader learns about the running kernel from its BTF (pure data, so the choice of
+// program variants below can be tested with a made-up kernel).
+struct KernelFeatures {
+  // Argument count of each block tracepoint the kernel has (btf_trace_<tp> prototype);
+  // a tracepoint that is absent is not in the map.
+  std::map<std::string, int> tracepoint_arity;
+  // enum bpf_func_id has BPF_FUNC_get_current_task_btf (v5.11+). The programs choose by a
+  // CO-RE relocation against the same BTF (core_fixes.bpf.h); this is for the log.
+  bool current_task_btf = false;
 };
+
+// Reads the features from a BTF file; false with a message if it is not a kernel's BTF with
+// block tracepoints.
+bool ReadKernelFeatures(const std::string& btf_path, KernelFeatures* features, std::string* error);
+
+// One program of the BPF object, as libbpf names it.
+struct ProgramId {
+  std::string name;     // btf_rq_insert, raw_rq_insert_q, ...
+  std::string section;  // tp_btf/block_rq_insert, ...
+};
+
+// Which programs to load for `mode` (tp_btf or raw_tp) on a kernel with `features`: per
+// tracepoint, the variant whose argument layout matches the kernel's prototype (no suffix: the
+// v5.11+ layout; _q: the older one with the request_queue first).
+struct VariantPlan {
+  std::vector<std::string> load;     // program names to load
+  std::vector<std::string> missing;  // tracepoints the kernel does not have
+  // Tracepoints whose prototype matches no variant ("block_getrq has 5 arguments; ...").
+  std::vector<std::string> unknown_layout;
+  std::vector<std::string> old_layout;  // tracepoints served by a _q variant
+};
+VariantPlan ChooseVariants(const std::string& mode, const KernelFeatures& features,
+                           const std::vector<ProgramId>& programs);
 
 // log2 of the in-flight table's size: --bpf.inflight-entries rounded up to a power of two.
 uint32_t InflightSlotBits(uint32_t entries);
-
-// Reads the layout from a BTF file; false with a message if the file is not usable BTF.
-bool ReadTracepointLayout(const std::string& btf_path, TracepointLayout* layout, std::string* error);
 
 // One loaded program. Descriptors are owned by whoever holds the LoadReply.
 struct LoadedProgram {

@@ -4,12 +4,18 @@
 #include "source/bpf_loader.h"
 #include "source/source.h"
 
+#include <bpf/libbpf.h>
+
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
+
+#include "mergewatch.skel.h"
 
 namespace mergewatch {
 namespace {
@@ -166,6 +172,138 @@ TEST(InflightSlotBits, RoundsUpToAPowerOfTwo) {
   EXPECT_EQ(InflightSlotBits(1), 1u);
   EXPECT_EQ(InflightSlotBits(1024), 10u);
   EXPECT_EQ(InflightSlotBits(1025), 11u);
+}
+
+// ---- the program variants per argument layout, on made-up kernels (no BPF loaded)
+
+// The programs of the real BPF object (opened, never loaded: no privilege needed).
+std::vector<ProgramId> ObjectPrograms() {
+  std::vector<ProgramId> out;
+  mergewatch_bpf* skel = mergewatch_bpf__open();
+  if (skel == nullptr) return out;
+  struct bpf_program* prog;
+  bpf_object__for_each_program(prog, skel->obj) out.push_back({bpf_program__name(prog), bpf_program__section_name(prog)});
+  mergewatch_bpf__destroy(skel);
+  return out;
+}
+
+// Argument counts as the btf_trace_<tp> prototypes give them: Debian 11's 5.10 (measured in the
+// VM: the request_queue first) and 5.11+ (6.1, 6.12, 6.18).
+KernelFeatures Kernel510() {
+  KernelFeatures f;
+  f.tracepoint_arity = {{"block_rq_insert", 2},     {"block_rq_issue", 2},       {"block_rq_requeue", 2},
+                        {"block_rq_complete", 3},   {"block_bio_backmerge", 3},  {"block_bio_frontmerge", 3},
+                        {"block_bio_queue", 2},     {"block_getrq", 3},          {"block_bio_remap", 4}};
+  return f;
+}
+KernelFeatures Kernel61() {
+  KernelFeatures f;
+  f.tracepoint_arity = {{"block_rq_insert", 1},     {"block_rq_issue", 1},       {"block_rq_requeue", 1},
+                        {"block_rq_complete", 3},   {"block_bio_backmerge", 1},  {"block_bio_frontmerge", 1},
+                        {"block_bio_queue", 1},     {"block_getrq", 1},          {"block_bio_remap", 3}};
+  f.current_task_btf = true;
+  return f;
+}
+
+std::vector<std::string> Sorted(std::vector<std::string> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+TEST(ChooseVariants, TheRequestQueueFirstLayoutLoadsTheQVariantsInBothModes) {
+  const std::vector<ProgramId> programs = ObjectPrograms();
+  ASSERT_FALSE(programs.empty());
+  VariantPlan btf = ChooseVariants("tp_btf", Kernel510(), programs);
+  EXPECT_EQ(Sorted(btf.load),
+            Sorted({"btf_rq_insert_q", "btf_rq_issue_q", "btf_rq_requeue_q", "btf_rq_complete", "btf_bio_backmerge_q",
+                    "btf_bio_frontmerge_q", "btf_bio_queue_q", "btf_getrq_q", "btf_bio_remap_q"}));
+  EXPECT_EQ(btf.old_layout.size(), 8u);  // every tracepoint but block_rq_complete, whose layout never changed
+  EXPECT_TRUE(btf.missing.empty());
+  EXPECT_TRUE(btf.unknown_layout.empty());
+  VariantPlan raw = ChooseVariants("raw_tp", Kernel510(), programs);
+  EXPECT_EQ(Sorted(raw.load),
+            Sorted({"raw_rq_insert_q", "raw_rq_issue_q", "raw_rq_requeue_q", "raw_rq_complete", "raw_bio_backmerge_q",
+                    "raw_bio_frontmerge_q", "raw_bio_queue_q", "raw_getrq_q", "raw_bio_remap_q"}));
+}
+
+TEST(ChooseVariants, TheV511LayoutLoadsThePlainVariants) {
+  VariantPlan plan = ChooseVariants("tp_btf", Kernel61(), ObjectPrograms());
+  EXPECT_EQ(Sorted(plan.load),
+            Sorted({"btf_rq_insert", "btf_rq_issue", "btf_rq_requeue", "btf_rq_complete", "btf_bio_backmerge",
+                    "btf_bio_frontmerge", "btf_bio_queue", "btf_getrq", "btf_bio_remap"}));
+  EXPECT_TRUE(plan.old_layout.empty());
+}
+
+// A vendor kernel that backported only some of the changes: each tracepoint on its own.
+TEST(ChooseVariants, EachTracepointIsChosenByItsOwnPrototype) {
+  KernelFeatures mixed = Kernel61();
+  mixed.tracepoint_arity["block_bio_backmerge"] = 3;
+  mixed.tracepoint_arity["block_bio_remap"] = 4;
+  VariantPlan plan = ChooseVariants("raw_tp", mixed, ObjectPrograms());
+  EXPECT_EQ(Sorted(plan.load),
+            Sorted({"raw_rq_insert", "raw_rq_issue", "raw_rq_requeue", "raw_rq_complete", "raw_bio_backmerge_q",
+                    "raw_bio_frontmerge", "raw_bio_queue", "raw_getrq", "raw_bio_remap_q"}));
+  EXPECT_EQ(Sorted(plan.old_layout), Sorted({"block_bio_backmerge", "block_bio_remap"}));
+}
+
+TEST(ChooseVariants, AMissingTracepointOrAnUnknownLayoutLoadsNothingForIt) {
+  KernelFeatures k = Kernel61();
+  k.tracepoint_arity.erase("block_bio_remap");
+  k.tracepoint_arity["block_getrq"] = 5;
+  VariantPlan plan = ChooseVariants("tp_btf", k, ObjectPrograms());
+  EXPECT_EQ(plan.missing, std::vector<std::string>{"block_bio_remap"});
+  ASSERT_EQ(plan.unknown_layout.size(), 1u);
+  EXPECT_EQ(plan.unknown_layout[0], "block_getrq has 5 arguments; mergewatchd knows 1 and 3");
+  for (const std::string& name : plan.load) {
+    EXPECT_EQ(name.find("getrq"), std::string::npos) << name;
+    EXPECT_EQ(name.find("remap"), std::string::npos) << name;
+  }
+  EXPECT_EQ(plan.load.size(), 7u);
+}
+
+// Every tracepoint has exactly one program per layout and mode in the object, so no kernel
+// layout the loader knows can leave a tracepoint without its program.
+TEST(ChooseVariants, TheObjectHasOneProgramPerLayoutAndMode) {
+  const std::vector<ProgramId> programs = ObjectPrograms();
+  for (const std::string mode : {"tp_btf", "raw_tp"}) {
+    for (const KernelFeatures& k : {Kernel510(), Kernel61()}) {
+      VariantPlan plan = ChooseVariants(mode, k, programs);
+      EXPECT_EQ(plan.load.size(), 9u) << mode;
+    }
+  }
+}
+
+// The host's own BTF (6.18): the v5.11 layout and the typed-task helper.
+TEST(ReadKernelFeatures, TheHostKernelHasTheNewLayoutAndTheTaskHelper) {
+  KernelFeatures f;
+  std::string error;
+  if (access("/sys/kernel/btf/vmlinux", R_OK) != 0) GTEST_SKIP() << "no /sys/kernel/btf/vmlinux";
+  ASSERT_TRUE(ReadKernelFeatures("/sys/kernel/btf/vmlinux", &f, &error)) << error;
+  EXPECT_TRUE(f.current_task_btf);
+  EXPECT_EQ(f.tracepoint_arity["block_rq_issue"], 1);
+  EXPECT_EQ(f.tracepoint_arity["block_bio_remap"], 3);
+  EXPECT_FALSE(ReadKernelFeatures("/dev/null", &f, &error));
+}
+
+TEST(LockdownRefusesBpfReads, TheActiveModeOrTheVerifiersRefusalWithoutSecurityfs) {
+  EXPECT_TRUE(LockdownRefusesBpfReads("none integrity [confidentiality]", ""));
+  EXPECT_FALSE(LockdownRefusesBpfReads("none [integrity] confidentiality", "unknown func bpf_probe_read_kernel#113"));
+  EXPECT_FALSE(LockdownRefusesBpfReads("[none] integrity confidentiality", "unknown func bpf_probe_read_kernel#113"));
+  EXPECT_TRUE(LockdownRefusesBpfReads("", "R1 ...\nunknown func bpf_probe_read_kernel#113\nprocessed 40 insns"));
+  EXPECT_FALSE(LockdownRefusesBpfReads("", "invalid func unknown#158"));
+  EXPECT_FALSE(LockdownRefusesBpfReads("", ""));
+}
+
+TEST(LoadReply, ALockdownErrorKeepsItsKind) {
+  LoadReply failed;
+  failed.kind = ProbeError::kLockdown;
+  failed.error = "kernel lockdown (confidentiality) refuses BPF reads";
+  std::vector<int> sent;
+  LoadReply got;
+  std::string error;
+  ASSERT_TRUE(DecodeLoadReply(EncodeLoadReply(failed, &sent), {}, &got, &error)) << error;
+  EXPECT_EQ(got.kind, ProbeError::kLockdown);
+  EXPECT_EQ(got.error, failed.error);
 }
 
 }  // namespace
