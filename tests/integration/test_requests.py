@@ -1,13 +1,18 @@
 # SPDX-License-Identifier: Apache-2.0
 """Request sizes, latencies and merges on real tracepoints, against a loop device's own stats.
 
-Every test runs twice: with the tp_btf programs (what the daemon picks) and with the raw_tp
+Every test runs three times: with the tp_btf programs (what the daemon picks), with the raw_tp
 fallback (a different compilation of the same handlers, reading fields with
-bpf_probe_read_kernel), pinned with --bpf.program-type.
+bpf_probe_read_kernel), pinned with --bpf.program-type, and with the tp_btf programs as a kernel
+without bpf_get_current_task_btf (before v5.11: Debian 11's 5.10) gets them: --path.btf names a
+copy of this kernel's BTF in which that helper's enum value is renamed (tests/btf_hide_name.py),
+so the CO-RE relocation takes the fallback (bpf_get_current_task + bpf_probe_read_kernel for the
+plug) on this host, where the merge-miss checks below cover it.
 """
 import pytest
 
 import json
+import os
 import subprocess
 
 from conftest import baseline, fio, value
@@ -22,12 +27,31 @@ MISSED = "mergewatch_missed_merges_total"
 ATTACHED = "mergewatch_bpf_program_attached"
 
 
-@pytest.fixture(params=["tp_btf", "raw_tp"])
+HIDE_NAME = os.path.join(os.path.dirname(__file__), "..", "btf_hide_name.py")
+
+
+@pytest.fixture(scope="session")
+def btf_without_task_btf(tmp_path_factory):
+    """This kernel's BTF with BPF_FUNC_get_current_task_btf renamed: the helper 'absent'."""
+    path = str(tmp_path_factory.mktemp("btf") / "vmlinux-without-task-btf")
+    subprocess.run(["/usr/bin/python3", HIDE_NAME, "/sys/kernel/btf/vmlinux", path,
+                    "BPF_FUNC_get_current_task_btf"], check=True, timeout=60)
+    return path
+
+
+@pytest.fixture(params=["tp_btf", "raw_tp", "tp_btf_without_task_btf"])
 def daemon(daemon_factory, request):
-    d = daemon_factory(f"--bpf.program-type={request.param}")
+    mode = request.param.split("_without")[0]
+    args = [f"--bpf.program-type={mode}"]
+    if request.param == "tp_btf_without_task_btf":
+        args.append("--path.btf=" + request.getfixturevalue("btf_without_task_btf"))
+    d = daemon_factory(*args)
     s = d.scrape()
     for tracepoint in ("block_rq_issue", "block_rq_complete", "block_getrq", "block_bio_backmerge"):
-        assert value(s, ATTACHED, tracepoint=tracepoint, mode=request.param) == 1, tracepoint
+        assert value(s, ATTACHED, tracepoint=tracepoint, mode=mode) == 1, tracepoint
+    # The loader said which way it read the task, from the BTF it was given.
+    fallback = "kernel BTF has no bpf_get_current_task_btf" in d.log_text()
+    assert fallback == (request.param == "tp_btf_without_task_btf"), d.log_text()
     return d
 
 
