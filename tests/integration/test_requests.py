@@ -13,6 +13,7 @@ import pytest
 
 import json
 import os
+import re
 import subprocess
 
 from conftest import baseline, fio, value
@@ -49,10 +50,28 @@ def daemon(daemon_factory, request):
     s = d.scrape()
     for tracepoint in ("block_rq_issue", "block_rq_complete", "block_getrq", "block_bio_backmerge"):
         assert value(s, ATTACHED, tracepoint=tracepoint, mode=mode) == 1, tracepoint
-    # The loader said which way it read the task, from the BTF it was given.
+    # The loader said which way it read the task, from the BTF it was given, and the programs the
+    # kernel holds call that helper (the CO-RE relocation read the same file).
     fallback = "kernel BTF has no bpf_get_current_task_btf" in d.log_text()
     assert fallback == (request.param == "tp_btf_without_task_btf"), d.log_text()
+    if mode == "tp_btf":
+        calls = task_helper_calls(d.proc.pid)
+        assert calls == ({"bpf_get_current_task"} if fallback else {"bpf_get_current_task_btf"}), calls
     return d
+
+
+def task_helper_calls(pid):
+    """The task helpers the daemon's programs call, from their translated code (bpftool)."""
+    ids = set()
+    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+        with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+            ids |= {int(line.split()[1]) for line in f if line.startswith("prog_id:")}
+    calls = set()
+    for prog_id in ids:
+        out = subprocess.run(["bpftool", "prog", "dump", "xlated", "id", str(prog_id)], check=True,
+                             capture_output=True, text=True, timeout=60).stdout
+        calls |= set(re.findall(r"call (bpf_get_current_task(?:_btf)?)#", out))
+    return calls
 
 
 def read_shape(samples, dev, get=value):

@@ -478,4 +478,7 @@ echo 0 > /sys/block/$DISK/queue/nomerges
 umount /mnt/snap /mnt/origin
 [ -z "$DAEMON" ] || [ "${MW_STACKING:-1}" = 0 ] || "$HERE/guest-stacking.sh" || log "stacking checks failed: see stacking/results.txt"
 [ -z "$DAEMON" ] || [ "${MW_STACKING:-1}" = 0 ] || "$HERE/guest-findings.sh" || log "queue findings checks failed: see findings/results.txt"
+# run-vm.sh --loader-cases: the loader cases in the same boot (one boot per kernel).
+[ -z "$DAEMON" ] || [ "${MW_LOADER_CASES:-0}" != 1 ] || "$HERE/guest-loader.sh" ||
+	log "loader cases failed: see loader-results.txt"
 log "scenario done"

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Boot Debian's 6.1 kernel under qemu (TCG) with an emulated NVMe disk and run
+# Boot a Debian kernel (6.1 by default) under qemu (TCG) with an emulated NVMe disk and run
 # tests/vm/guest-scenario.sh in it. Needs tests/vm/setup.sh to have run.
 #
 #   tests/vm/run-vm.sh [options]
+#     --kernel K           the guest kernel: 6.1 (Debian 12, default), 5.10 (Debian 11's),
+#                          6.12 (Debian 13's); setup.sh --kernel K fetches it (vm.env or vm-K.env)
+#     --append "ARGS"      extra kernel command line (e.g. lockdown=confidentiality)
 #     --out DIR            results dir (default build/vm/run-<timestamp>); the guest writes
 #                          into it over 9p. Reused only if it holds an earlier run's marker.
 #     --daemon PATH        mergewatchd built on the host (run in the guest at the same path)
@@ -29,6 +32,8 @@
 #     --rotational-disks N also give the guest N emulated 7200 rpm disks (QEMU scsi-hd, serials
 #                          mwrot1..N) on one single-queue virtio-scsi controller: the
 #                          rotational single-queue disks of an HDD host, for the queue findings
+#     --loader-cases       after the scenario (and stacking) cases, run tests/vm/guest-loader.sh
+#                          in the same guest (loader-results.txt: test_vm_kernels.py)
 #     --script PATH        run PATH in the guest instead of tests/vm/guest-scenario.sh
 #     --append "WORDS"     add WORDS to the guest kernel's command line (e.g. lockdown=confidentiality)
 #     --no-stacking        skip guest-stacking.sh after the cases (a boot that checks only its cases)
@@ -45,10 +50,11 @@
 #                          /etc/systemd/system/mergewatchd.service.d/50-vmtest.conf (to try a
 #                          change to the unit; test_systemd_unit.py asserts there is none)
 #     -v, --verbose        stream the guest console while it runs
-# Every option also reads an environment variable: MW_VM_OUT, MW_VM_DAEMON,
+# Every option also reads an environment variable: MW_VM_KERNEL, MW_VM_APPEND, MW_VM_OUT, MW_VM_DAEMON,
 # MW_VM_DAEMON_ARGS, MW_VM_METRICS_URL, MW_VM_DETECT_WAIT, MW_VM_CASES,
 # MW_VM_FILE_MB, MW_VM_READER, MW_VM_BPFTRACE=1, MW_VM_SYSTEMD=1, MW_VM_PACKAGE, MW_VM_UNIT_DROPIN,
-# MW_VM_TIMEOUT, MW_VM_SMP, MW_VM_MEM, MW_VM_MULTIPATH=1, MW_VM_PART_DISK=1, MW_VM_NVME_DISKS, MW_VM_SCRIPT;
+# MW_VM_TIMEOUT, MW_VM_SMP, MW_VM_MEM, MW_VM_MULTIPATH=1, MW_VM_PART_DISK=1, MW_VM_NVME_DISKS, MW_VM_LOADER_CASES=1,
+# MW_VM_SCRIPT;
 # MW_VM_DIR is setup.sh's build dir (default <repo>/build/vm).
 #
 # Exit status: the guest scenario's status; 124 = qemu timed out; 125 = the
@@ -61,6 +67,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 vmdir=${MW_VM_DIR:-"$repo/build/vm"}
 
+kernel=${MW_VM_KERNEL:-6.1}
+extra_append=${MW_VM_APPEND:-}
 out=${MW_VM_OUT:-}
 daemon=${MW_VM_DAEMON:-}
 daemon_args=${MW_VM_DAEMON_ARGS:-}
@@ -80,6 +88,7 @@ multipath=${MW_VM_MULTIPATH:-0}
 part_disk=${MW_VM_PART_DISK:-0}
 rotational_disks=${MW_VM_ROTATIONAL_DISKS:-0}
 nvme_disks=${MW_VM_NVME_DISKS:-0}
+loader_cases=${MW_VM_LOADER_CASES:-0}
 script=${MW_VM_SCRIPT:-$here/guest-scenario.sh}
 extra_append=${MW_VM_APPEND:-}
 stacking=${MW_VM_STACKING:-1}
@@ -88,6 +97,8 @@ verbose=0
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d'; }
 while [ $# -gt 0 ]; do
 	case "$1" in
+	--kernel) kernel=$2; shift 2 ;;
+	--append) extra_append=$2; shift 2 ;;
 	--out) out=$2; shift 2 ;;
 	--daemon) daemon=$2; shift 2 ;;
 	--daemon-args) daemon_args=$2; shift 2 ;;
@@ -107,6 +118,7 @@ while [ $# -gt 0 ]; do
 	--part-disk) part_disk=1; shift ;;
 	--rotational-disks) rotational_disks=$2; shift 2 ;;
 	--nvme-disks) nvme_disks=$2; shift 2 ;;
+	--loader-cases) loader_cases=1; shift ;;
 	--script) script=$2; shift 2 ;;
 	--append) extra_append=$2; shift 2 ;;
 	--no-stacking) stacking=0; shift ;;
@@ -122,11 +134,17 @@ die() { printf 'run-vm: ERROR: %s\n' "$*" >&2; exit 2; }
 [ "$(id -u)" -eq 0 ] || die "must run as root (the guest reads the host's root over 9p)"
 [[ "$rotational_disks" =~ ^[0-9]$ ]] || die "--rotational-disks '$rotational_disks': a number of disks from 0 to 9"
 [[ "$nvme_disks" =~ ^[0-9]$ ]] || die "--nvme-disks '$nvme_disks': a number of disks from 0 to 9"
-[ -f "$vmdir/vm.env" ] || die "$vmdir/vm.env missing: run tests/vm/setup.sh first"
+case "$kernel" in
+6.1) vmenv="$vmdir/vm.env" ;;
+5.10|6.12) vmenv="$vmdir/vm-$kernel.env" ;;
+*) die "--kernel '$kernel': one of 6.1, 5.10, 6.12" ;;
+esac
+[ -f "$vmenv" ] || die "$vmenv missing: run tests/vm/setup.sh --kernel $kernel first"
 # shellcheck source=/dev/null
-. "$vmdir/vm.env"
-for f in "$VMLINUZ" "$INITRD"; do [ -f "$f" ] || die "$f missing: run tests/vm/setup.sh"; done
-[ -d "$MODDIR" ] || die "$MODDIR missing: run tests/vm/setup.sh"
+. "$vmenv"
+for f in "$VMLINUZ" "$INITRD"; do [ -f "$f" ] || die "$f missing: run tests/vm/setup.sh --kernel $kernel"; done
+[ -d "$MODDIR" ] || die "$MODDIR missing: run tests/vm/setup.sh --kernel $kernel"
+case "$extra_append" in *mw.*) die "--append: mw.* parameters are run-vm.sh's own" ;; esac
 command -v qemu-system-x86_64 > /dev/null || die "qemu-system-x86_64 missing: run tests/vm/setup.sh"
 
 if [ -n "$daemon" ]; then
@@ -182,6 +200,7 @@ touch "$out/.mw-vm-run"
 	printf 'MW_PART_DISK=%q\n' "$part_disk"
 	printf 'MW_NVME_DISKS=%q\n' "$nvme_disks"
 	printf 'MW_STACKING=%q\n' "$stacking"
+	printf 'MW_LOADER_CASES=%q\n' "$loader_cases"
 } > "$out/guest.env"
 
 # systemd mode: a tree that guest-init.sh copies over the guest's root before switch_root.
@@ -302,7 +321,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-say "kernel $KVER, out $out, timeout ${timeout_s}s, daemon ${daemon:-none}, bpftrace $bpftrace, systemd $systemd${package:+, package $package}"
+say "kernel $KVER${extra_append:+ (+ $extra_append)}, out $out, timeout ${timeout_s}s, daemon ${daemon:-none}, bpftrace $bpftrace, systemd $systemd${package:+, package $package}"
 if [ "$systemd" = 1 ]; then
 	append="console=ttyS0 panic=-1 mitigations=off mw.init=systemd mw.moddir=$MODDIR"
 	append+=" systemd.unit=mergewatch-vmtest.target systemd.show_status=1 fstab=no systemd.firstboot=0"
