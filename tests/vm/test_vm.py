@@ -16,15 +16,20 @@ import time
 
 import pytest
 
-from vmtest import DAEMON, SCENARIO, find, get, scenario_boot
+from vmtest import DAEMON, KERNELS, SCENARIOS, find, get, scenario_boot
 
 DISK = "nvme0n1"
+SCENARIO = SCENARIOS["6.1"]  # the run the module's readers use: set per kernel by scenario_run
 
 
-@pytest.fixture(scope="module")
-def scenario_run():
-    """This session's scenario boot (vmtest.scenario_boot: one for test_vm.py and test_vm_stacking.py)."""
-    return scenario_boot()
+@pytest.fixture(scope="module", params=KERNELS)
+def scenario_run(request):
+    """This session's scenario boot of each kernel (vmtest.scenario_boot: one per kernel for test_vm.py,
+    test_vm_stacking.py and test_vm_kernels.py). Module-scoped and parametrized, so pytest runs every
+    test of one kernel before the next kernel's boot; the readers below follow SCENARIO."""
+    global SCENARIO
+    SCENARIO = SCENARIOS[request.param]
+    return scenario_boot(request.param)
 
 
 def disks():
@@ -84,7 +89,7 @@ def test_same_bpf_object_loads_on_both_kernels(scenario_run):
         assert attached.get(tracepoint, (None, 0))[1] == 1.0, attached
     guest_mode = attached["block_rq_issue"][0]
     assert guest_mode in ("tp_btf", "raw_tp") and attached["block_rq_complete"][0] == guest_mode, attached
-    print(f"ATTACH guest kernel 6.1 (Debian): {guest_mode}")
+    print(f"ATTACH guest kernel {os.path.basename(SCENARIO.path)} (Debian): {guest_mode}")
     # The same binary, with the same embedded object, attached on this host's kernel: its log
     # must say "attached" before it exits or 60 s pass (an exit or silence fails the test).
     import socket

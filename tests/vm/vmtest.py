@@ -26,15 +26,25 @@ VMDIR = os.path.join(REPO, "build", "vm")
 # any other status of a driver run (systemd and package modes) is the number of its own checks that failed.
 RUN_VM_FAILURES = (2, 124, 125)
 
-_setup_done = False
+_setup_done = set()
+
+# The guest kernels (run-vm.sh --kernel): the whole VM suite runs on 6.1; the scenario boot (incident,
+# request-count, stacking and, with --loader-cases, the loader cases) also on Debian 11's 5.10 and
+# Debian 13's 6.12, one boot each. MW_VM_KERNELS="6.1" narrows it (a developer's quick run).
+KERNELS = tuple(os.environ.get("MW_VM_KERNELS", "6.1 5.10 6.12").split())
 
 
-def setup():
-    """tests/vm/setup.sh, once per pytest session (it is idempotent; 1-5 s each time it runs)."""
-    global _setup_done
-    if not _setup_done:
-        subprocess.run([os.path.join(HERE, "setup.sh")], check=True, timeout=900)
-        _setup_done = True
+def setup(kernel="6.1"):
+    """tests/vm/setup.sh --kernel K, once per kernel and pytest session (idempotent; 1-5 s when cached)."""
+    if kernel not in _setup_done:
+        subprocess.run([os.path.join(HERE, "setup.sh"), "--kernel", kernel], check=True, timeout=900)
+        _setup_done.add(kernel)
+
+
+def kernel_of(args):
+    """The --kernel a run-vm.sh argument list names (6.1 without one)."""
+    args = list(args)
+    return args[args.index("--kernel") + 1] if "--kernel" in args else "6.1"
 
 
 def boot(run, *args, timeout, driver=False):
@@ -44,7 +54,7 @@ def boot(run, *args, timeout, driver=False):
     status. A driver run (systemd or package mode, driver=True) fails it only when run-vm.sh or the
     guest failed (RUN_VM_FAILURES) or no results.txt came back; the driver's own checks are left to
     the tests, which say which one failed. Returns run-vm.sh's stdout."""
-    setup()
+    setup(kernel_of(args))
     subprocess.run(["rm", "-rf", run.path], check=True)
     r = subprocess.run([os.path.join(HERE, "run-vm.sh"), "--out", run.path, *args, "--timeout", str(timeout)],
                        capture_output=True, text=True, timeout=timeout + 60)
@@ -122,28 +132,36 @@ class RunDir:
             pytest.fail(f"{name} is not JSON: {text[:500]!r}{self.diag()}", pytrace=False)
 
 
-# The scenario boot's run directory (conftest.py's scenario_run), read by test_vm.py and test_vm_stacking.py.
-SCENARIO = RunDir(os.path.join(VMDIR, "test-run"))
-_scenario = None  # (run-vm.sh's stdout, None) or (None, why the boot failed)
+# The scenario boot's run directory per kernel (test_vm.py's scenario_run), read by test_vm.py,
+# test_vm_stacking.py and test_vm_kernels.py. SCENARIO is 6.1's.
+SCENARIOS = {k: RunDir(os.path.join(VMDIR, "test-run" if k == "6.1" else f"test-run-{k}")) for k in
+             ("6.1", "5.10", "6.12")}
+SCENARIO = SCENARIOS["6.1"]
+_scenario = {}  # kernel: (run-vm.sh's stdout, None) or (None, why the boot failed)
 
 
-def scenario_boot():
-    """The scenario boot (run-vm.sh --part-disk --multipath --nvme-disks 2, a few minutes under TCG) with the project's
-    mergewatchd in the guest, once per pytest session: test_vm.py and test_vm_stacking.py read the same
-    run (guest-scenario.sh, then guest-stacking.sh in the same guest), whichever asks first boots it. A
-    failed boot fails the other file's tests too, without a second boot. (A session fixture in a
-    conftest.py would do the same, but a tests/vm/conftest.py shadows tests/integration's, whose test
-    files import from `conftest`, when pytest collects both directories in one run.)"""
-    global _scenario
-    if _scenario is None:
+def scenario_boot(kernel="6.1"):
+    """The scenario boot of `kernel` (run-vm.sh --part-disk --multipath, a few minutes under TCG) with the
+    project's mergewatchd in the guest, once per kernel and pytest session: test_vm.py and
+    test_vm_stacking.py read the same run (guest-scenario.sh, then guest-stacking.sh in the same guest),
+    whichever asks first boots it; on 5.10 and 6.12 the loader cases (guest-loader.sh) run in the same
+    boot (test_vm_kernels.py). A failed boot fails the other files' tests too, without a second boot. (A
+    session fixture in a conftest.py would do the same, but a tests/vm/conftest.py shadows
+    tests/integration's, whose test files import from `conftest`, when pytest collects both directories
+    in one run.)"""
+    if kernel not in _scenario:
+        extra = [] if kernel == "6.1" else ["--kernel", kernel, "--loader-cases"]
         try:
-            _scenario = (boot(SCENARIO, "--daemon", DAEMON, "--daemon-args", "--web.listen-address=127.0.0.1:9863",
-                              "--metrics-url", "http://127.0.0.1:9863/metrics", "--part-disk", "--multipath",
-                              "--rotational-disks", "2", "--nvme-disks", "2",
-                              timeout=1800), None)
+            # The queue findings (guest-findings.sh, the rotational disks) run in 6.1's boot only.
+            extra = extra or ["--rotational-disks", "2"]
+            _scenario[kernel] = (boot(SCENARIOS[kernel], "--daemon", DAEMON, "--daemon-args",
+                                      "--web.listen-address=127.0.0.1:9863", "--metrics-url",
+                                      "http://127.0.0.1:9863/metrics", "--part-disk", "--multipath", *extra,
+                                      timeout=2400 if kernel != "6.1" else 1200), None)
         except BaseException as e:
-            _scenario = (None, f"{type(e).__name__}: {e}")
+            _scenario[kernel] = (None, f"{type(e).__name__}: {e}")
             raise
-    if _scenario[1] is not None:
-        pytest.fail(f"this session's scenario boot failed (the first test that used it shows how):\n{_scenario[1]}")
-    return _scenario[0]
+    if _scenario[kernel][1] is not None:
+        pytest.fail(f"this session's {kernel} scenario boot failed (the first test that used it shows how):\n"
+                    f"{_scenario[kernel][1]}")
+    return _scenario[kernel][0]

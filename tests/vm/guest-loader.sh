@@ -1,0 +1,106 @@
+#!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# Guest script (run-vm.sh --script): the loader cases on whatever kernel the guest booted.
+# Each case starts mergewatchd (MW_DAEMON) with its own flags, waits for READY or its exit,
+# reads 256 x 4 KiB with O_DIRECT from nvme0n1 and compares the daemon's request count with
+# /sys/block/nvme0n1/stat. Results: $MW_OUT/loader-results.txt (key=value lines, read by
+# tests/vm/test_vm_kernels.py) and loader-<case>.{log,before.prom,after.prom,xlated}.
+#   auto      default flags: the program type and variants the loader picks
+#   raw_tp    --bpf.program-type=raw_tp: the raw_tp set with its per-layout variants
+#   hidden    /sys/kernel/btf/vmlinux hidden by a bind mount, default --path.btf: must exit 3
+#   pathbtf   hidden too, --path.btf naming a copy of the kernel's BTF in which
+#             BPF_FUNC_get_current_task_btf is renamed (tests/btf_hide_name.py): loading and
+#             counting from the file, and the helper fallback taken because the file says so
+set -u
+OUT=${MW_OUT:-/vmout}
+DAEMON=${MW_DAEMON:?MW_DAEMON}
+here=$(cd "$(dirname "$0")" && pwd)
+PORT=9863
+URL=http://127.0.0.1:$PORT/metrics
+R=$OUT/loader-results.txt
+: > "$R"
+now() { cut -d' ' -f1 /proc/uptime; }
+log() { printf '[%8s] %s\n' "$(now)" "$*"; }
+put() { echo "$1=$2" >> "$R"; log "$1=$2"; }
+
+ip link set lo up
+mountpoint -q /sys/kernel/security || mount -t securityfs securityfs /sys/kernel/security 2>/dev/null
+daemon_pid=
+trap '[ -z "$daemon_pid" ] || kill -TERM "$daemon_pid" 2>/dev/null' EXIT
+
+put kernel "$(uname -r)"
+put lockdown "$(cat /sys/kernel/security/lockdown 2>/dev/null || echo absent)"
+put btf_vmlinux "$([ -s /sys/kernel/btf/vmlinux ] && echo present || echo absent)"
+modprobe nvme
+for _ in $(seq 150); do [ -b /dev/nvme0n1 ] && break; sleep 0.2; done
+[ -b /dev/nvme0n1 ] || { log "FAIL: no /dev/nvme0n1"; exit 1; }
+
+reads() { awk '{ print $1 }' /sys/block/nvme0n1/stat; }
+metric_reads() {  # the daemon's completed read requests of nvme0n1 in a scrape
+	awk '/^mergewatch_request_size_bytes_count\{/ && /device="nvme0n1"/ && /op="read"/ { s += $NF } END { printf "%d\n", s }' "$1"
+}
+
+# run_case NAME EXPECT(ready|exit) ARGS...
+run_case() {
+	local name=$1 expect=$2 pid rc=running i
+	shift 2
+	log "case $name: $DAEMON --web.listen-address=127.0.0.1:$PORT $*"
+	"$DAEMON" --web.listen-address=127.0.0.1:$PORT "$@" > "$OUT/loader-$name.log" 2>&1 &
+	pid=$!
+	daemon_pid=$pid
+	for i in $(seq 900); do  # 180 s: a load under TCG takes 10-60 s
+		grep -q 'msg="ready:' "$OUT/loader-$name.log" && break
+		kill -0 "$pid" 2>/dev/null || { wait "$pid"; rc=$?; daemon_pid=; break; }
+		sleep 0.2
+	done
+	put "$name.exit" "$rc"
+	put "$name.mode" "$(sed -n 's/.*attached [0-9]* BPF programs using \([a-z_]*\).*/\1/p' "$OUT/loader-$name.log" | head -1)"
+	if [ "$rc" != running ]; then
+		put "$name.error" "$(grep -m1 'level=error' "$OUT/loader-$name.log" | sed 's/^.*msg="//' | cut -c1-300)"
+		return
+	fi
+	# The programs it holds, by id from its fdinfo, and which task helper each one calls.
+	local ids names=
+	ids=$(grep -h '^prog_id:' /proc/$pid/fdinfo/* 2>/dev/null | awk '{ print $2 }' | sort -un)
+	: > "$OUT/loader-$name.xlated"
+	for i in $ids; do
+		names="$names $(bpftool -j prog show id "$i" | sed -n 's/.*"name":"\([^"]*\)".*/\1/p')"
+		bpftool prog dump xlated id "$i" >> "$OUT/loader-$name.xlated" 2>/dev/null
+	done
+	put "$name.programs" "$(echo $names | tr ' ' ',')"
+	put "$name.calls_task_btf" "$(grep -c 'call bpf_get_current_task_btf' "$OUT/loader-$name.xlated")"
+	put "$name.calls_task" "$(grep -c 'call bpf_get_current_task#' "$OUT/loader-$name.xlated")"
+	local s0 s1 m0 m1
+	curl -fsS --max-time 20 -o "$OUT/loader-$name.before.prom" "$URL" || log "scrape failed"
+	s0=$(reads)
+	dd if=/dev/nvme0n1 of=/dev/null bs=4k count=256 skip=$((RANDOM % 1000 * 256)) iflag=direct 2> /dev/null
+	s1=$(reads)
+	sleep 1
+	curl -fsS --max-time 20 -o "$OUT/loader-$name.after.prom" "$URL" || log "scrape failed"
+	m0=$(metric_reads "$OUT/loader-$name.before.prom"); m1=$(metric_reads "$OUT/loader-$name.after.prom")
+	put "$name.stat_reads" $((s1 - s0))
+	put "$name.metric_reads" $((${m1:-0} - ${m0:-0}))
+	kill -TERM "$pid"; wait "$pid"
+	put "$name.stop_exit" $?
+	daemon_pid=
+}
+
+run_case auto ready
+run_case raw_tp ready --bpf.program-type=raw_tp
+if [ -s /sys/kernel/btf/vmlinux ]; then
+	cp /sys/kernel/btf/vmlinux /tmp/vmlinux.btf
+	# 5.10 has no such name to hide: the copy is then the kernel's BTF unchanged.
+	/usr/bin/python3 "$here/../btf_hide_name.py" /tmp/vmlinux.btf /tmp/vmlinux-notaskbtf.btf \
+		BPF_FUNC_get_current_task_btf 2>/dev/null || cp /tmp/vmlinux.btf /tmp/vmlinux-notaskbtf.btf
+	: > /tmp/empty
+	mount --bind /tmp/empty /sys/kernel/btf/vmlinux
+	put hidden_size "$(stat -c %s /sys/kernel/btf/vmlinux)"
+	run_case hidden exit
+	run_case pathbtf ready --path.btf=/tmp/vmlinux-notaskbtf.btf
+	# Where else libbpf would look for the kernel's BTF (libbpf_find_kernel_btf): none of them here.
+	put pathbtf.other_btf_files "$(ls /boot/vmlinux-"$(uname -r)" /lib/modules/"$(uname -r)"/vmlinux* \
+		/lib/modules/"$(uname -r)"/build/vmlinux /usr/lib/debug/boot/vmlinux-"$(uname -r)"* 2>/dev/null | wc -l)"
+	put pathbtf.read_from_file "$(grep -c 'no bpf_get_current_task_btf' "$OUT/loader-pathbtf.log")"
+	umount /sys/kernel/btf/vmlinux
+fi
+log "loader cases done"
