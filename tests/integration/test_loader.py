@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from conftest import attached_bpf_link_ids, bpf_link_ids_of
+from conftest import DAEMON as DAEMON_PATH, attached_bpf_link_ids, bpf_link_ids_of
 
 BTF = "/sys/kernel/btf/vmlinux"
 
@@ -53,3 +53,20 @@ def test_the_daemon_never_holds_the_kernel_btf(daemon):
             assert 'mergewatch_bpf_program_attached{tracepoint="block_rq_issue"' in daemon.scrape_text()
         hwm, rss = status_kib(pid, "VmHWM"), status_kib(pid, "VmRSS")
         assert (hwm - rss) * 1024 < btf_bytes, f"{moment}: VmHWM {hwm} KiB, VmRSS {rss} KiB, BTF {btf_bytes} B"
+
+
+def test_a_min_core_btf_file_is_refused_with_the_reason(tmp_path):
+    """`bpftool gen min_core_btf` keeps only the types the object's CO-RE relocations name: not the
+    btf_trace_<tp> typedefs the loader reads the argument layouts from. --path.btf naming one exits 3
+    (no usable BTF) and says what is missing, instead of guessing a layout (README, "Kernels")."""
+    import subprocess
+    obj = os.path.join(os.path.dirname(DAEMON_PATH), "mergewatch.bpf.o")
+    if not os.path.exists(obj) or not os.path.exists(BTF):
+        pytest.fail(f"needs {obj} and {BTF}")
+    small = str(tmp_path / "min.btf")
+    subprocess.run(["bpftool", "gen", "min_core_btf", BTF, small, obj], check=True, timeout=120,
+                   capture_output=True)
+    r = subprocess.run([DAEMON_PATH, "--web.listen-address=127.0.0.1:0", f"--path.btf={small}"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 3, (r.returncode, r.stderr)
+    assert f"{small} has no btf_trace_block_rq_issue" in r.stderr, r.stderr
