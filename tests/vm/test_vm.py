@@ -20,6 +20,7 @@ from vmtest import DAEMON, KERNELS, SCENARIOS, find, get, scenario_boot
 
 DISK = "nvme0n1"
 SCENARIO = SCENARIOS["6.1"]  # the run the module's readers use: set per kernel by scenario_run
+KERNEL = "6.1"
 
 
 @pytest.fixture(scope="module", params=KERNELS)
@@ -27,8 +28,8 @@ def scenario_run(request):
     """This session's scenario boot of each kernel (vmtest.scenario_boot: one per kernel for test_vm.py,
     test_vm_stacking.py and test_vm_kernels.py). Module-scoped and parametrized, so pytest runs every
     test of one kernel before the next kernel's boot; the readers below follow SCENARIO."""
-    global SCENARIO
-    SCENARIO = SCENARIOS[request.param]
+    global SCENARIO, KERNEL
+    SCENARIO, KERNEL = SCENARIOS[request.param], request.param
     return scenario_boot(request.param)
 
 
@@ -214,7 +215,8 @@ def test_snapshot_chunks_of_8_and_16_kib_with_nomerges_0_never_raise(scenario_ru
 def test_lvm_on_a_native_multipath_namespace_raises_and_counts_the_paths(scenario_run):
     """Two controllers share namespace 1: LVM sits on the head, requests run on the hidden
     path disks. The head's series counts them: exactly the paths' /sys/block stat summed (the
-    head's own stat stays 0 on 6.1)."""
+    head's own stat stays 0 on 5.10 and 6.1; 6.12 accounts the head's I/O too, nvme-multipath's I/O
+    statistics on the head disk, added after 6.1: there it equals the paths' sum)."""
     c = Case("mp-nm2")
     d = disks()
     head, paths = d["mp_head"], d["mp_paths"].split(",")
@@ -222,9 +224,18 @@ def test_lvm_on_a_native_multipath_namespace_raises_and_counts_the_paths(scenari
     assert len(paths) == 2 and all(re.fullmatch(rf"nvme{subsystem}c\d+n{namespace}", p) for p in paths), d
     snapshot = c.dm_device("vg1-mpsnap")
     stat = c.stat_reads()
-    assert stat.get(head, 0) == 0, stat
     path_reads = sum(stat.get(p, 0) for p in paths)
+    assert stat.get(head, 0) == (path_reads if KERNEL == "6.12" else 0), stat
     count, small, total = c.read_sizes(head)
+    if KERNEL == "5.10":
+        # NOT COVERED on 5.10: the hidden path disks have no dev file there and no diskseq (v5.15) to
+        # key them by, so the daemon skips them (a warning per path) and their requests reach no series:
+        # the head shows none. Asserted as it is, so a change either way shows.
+        print(f"NOT COVERED on 5.10: {path_reads} requests on the multipath paths {paths} are not exported")
+        assert count == 0 and path_reads >= 8192, (count, stat)
+        for p in paths:
+            assert f"{p}: no dev file, skipped" in c.log, c.log[-3000:]
+        return
     assert count == path_reads and count >= 8192, (count, stat)  # 32 MiB in 4 KiB chunks
     assert get(c.settled, "mergewatch_unresolved_devices") == 0
     assert c.raised(head) == {snapshot}, c.collapse(head)
