@@ -157,7 +157,7 @@ def scenario_boot(kernel="6.1"):
             _scenario[kernel] = (boot(SCENARIOS[kernel], "--daemon", DAEMON, "--daemon-args",
                                       "--web.listen-address=127.0.0.1:9863", "--metrics-url",
                                       "http://127.0.0.1:9863/metrics", "--part-disk", "--multipath", *extra,
-                                      timeout=2400 if kernel != "6.1" else 1200), None)
+                                      timeout=3600 if kernel != "6.1" else 1200), None)
         except BaseException as e:
             _scenario[kernel] = (None, f"{type(e).__name__}: {e}")
             raise
