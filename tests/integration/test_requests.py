@@ -64,8 +64,11 @@ def task_helper_calls(pid):
     """The task helpers the daemon's programs call, from their translated code (bpftool)."""
     ids = set()
     for fd in os.listdir(f"/proc/{pid}/fdinfo"):
-        with open(f"/proc/{pid}/fdinfo/{fd}") as f:
-            ids |= {int(line.split()[1]) for line in f if line.startswith("prog_id:")}
+        try:  # the daemon opens and closes other files meanwhile (sysfs, sockets): those may be gone
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                ids |= {int(line.split()[1]) for line in f if line.startswith("prog_id:")}
+        except FileNotFoundError:
+            continue
     calls = set()
     for prog_id in ids:
         out = subprocess.run(["bpftool", "prog", "dump", "xlated", "id", str(prog_id)], check=True,
