@@ -6,7 +6,6 @@
 #   tests/vm/run-vm.sh [options]
 #     --kernel K           the guest kernel: 6.1 (Debian 12, default), 5.10 (Debian 11's),
 #                          6.12 (Debian 13's); setup.sh --kernel K fetches it (vm.env or vm-K.env)
-#     --append "ARGS"      extra kernel command line (e.g. lockdown=confidentiality)
 #     --out DIR            results dir (default build/vm/run-<timestamp>); the guest writes
 #                          into it over 9p. Reused only if it holds an earlier run's marker.
 #     --daemon PATH        mergewatchd built on the host (run in the guest at the same path)
@@ -68,7 +67,6 @@ repo=$(cd "$here/../.." && pwd)
 vmdir=${MW_VM_DIR:-"$repo/build/vm"}
 
 kernel=${MW_VM_KERNEL:-6.1}
-extra_append=${MW_VM_APPEND:-}
 out=${MW_VM_OUT:-}
 daemon=${MW_VM_DAEMON:-}
 daemon_args=${MW_VM_DAEMON_ARGS:-}
@@ -98,7 +96,6 @@ usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d'; }
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--kernel) kernel=$2; shift 2 ;;
-	--append) extra_append=$2; shift 2 ;;
 	--out) out=$2; shift 2 ;;
 	--daemon) daemon=$2; shift 2 ;;
 	--daemon-args) daemon_args=$2; shift 2 ;;
