@@ -66,7 +66,23 @@ def test_a_min_core_btf_file_is_refused_with_the_reason(tmp_path):
     small = str(tmp_path / "min.btf")
     subprocess.run(["bpftool", "gen", "min_core_btf", BTF, small, obj], check=True, timeout=120,
                    capture_output=True)
-    r = subprocess.run([DAEMON_PATH, "--web.listen-address=127.0.0.1:0", f"--path.btf={small}"],
+    # --source=bpf: the loader's own verdict (the default, auto, would run on diskstats instead: below).
+    r = subprocess.run([DAEMON_PATH, "--web.listen-address=127.0.0.1:0", "--source=bpf", f"--path.btf={small}"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 3, (r.returncode, r.stderr)
     assert f"{small} has no btf_trace_block_rq_issue" in r.stderr, r.stderr
+    # --source=auto (issue 23): not an exit but the diskstats source, with the same reason in the log.
+    d = subprocess.Popen([DAEMON_PATH, "--web.listen-address=127.0.0.1:0", f"--path.btf={small}"],
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        for line in d.stderr:
+            lines.append(line)
+            if "msg=\"ready:" in line:
+                break
+        log = "".join(lines)
+        assert "on diskstats (reduced evidence, no BPF)" in log, log
+        assert "BPF cannot run" in log and f"{small} has no btf_trace_block_rq_issue" in log, log
+    finally:
+        d.terminate()
+        assert d.wait(timeout=30) == 0
