@@ -33,6 +33,10 @@ def scenario_run(request):
     return scenario_boot(request.param)
 
 
+# The tests of cases that the 6.1 boot alone plays (vmtest.KERNEL_CASES lists the 5.10 and 6.12 boots' cases).
+only_6_1 = pytest.mark.parametrize("scenario_run", [k for k in KERNELS if k == "6.1"], indirect=True)
+
+
 def disks():
     """What the guest found: disk, part_disk, mp_head, mp_paths (comma list), sd_disk."""
     return dict(w.split("=", 1) for w in SCENARIO.read("disks.txt").split())
@@ -82,9 +86,10 @@ class Case:
 
 
 def test_same_bpf_object_loads_on_both_kernels(scenario_run):
-    # The guest daemon's first scrape, parsed: the issue and completion programs attached (1),
-    # each in one mode, the same for both.
-    ready = SCENARIO.samples("daemon.ready.prom")
+    # The first case's daemon at its start, parsed: the issue and completion programs attached (1),
+    # each in one mode, the same for both. (Not daemon.ready.prom, the last daemon's: on 5.10 that is a
+    # nocap-* case's, which runs without BPF.)
+    ready = SCENARIO.samples("case-snap-nm2.before.prom")
     attached = {dict(k)["tracepoint"]: (dict(k)["mode"], v) for k, v in find(ready, "mergewatch_bpf_program_attached").items()}
     for tracepoint in ("block_rq_issue", "block_rq_complete"):
         assert attached.get(tracepoint, (None, 0))[1] == 1.0, attached
@@ -152,6 +157,7 @@ def test_nomerges_0_snapshot_read_merges_and_never_raises(scenario_run):
     assert "merge collapse on" not in c.log
 
 
+@only_6_1
 def test_random_4k_reads_on_the_snapshot_never_raise(scenario_run):
     c = Case("snap-rand-nm2")
     assert set(c.collapse().values()) == {0.0}, c.collapse()
@@ -160,6 +166,7 @@ def test_random_4k_reads_on_the_snapshot_never_raise(scenario_run):
     assert "merge collapse on" not in c.log
 
 
+@only_6_1
 def test_origin_read_is_recorded(scenario_run):
     """Reading the origin LV: a linear layer passes the reader's large bios through, so
     the disk sees large requests and there is nothing to detect (README: VM test)."""
@@ -174,7 +181,9 @@ def test_origin_read_is_recorded(scenario_run):
     assert remapped >= 0.9 * count, (remapped, count, find(c.after, "mergewatch_remapped_requests_total"))
 
 
-@pytest.mark.parametrize("kib", [8, 16])
+# 8 KiB chunks on every kernel (LVM on an NVMe partition), 16 KiB on 6.1 only.
+@pytest.mark.parametrize("scenario_run,kib", [(k, 8) for k in KERNELS] + [(k, 16) for k in KERNELS if k == "6.1"],
+                         indirect=["scenario_run"])
 def test_snapshot_chunks_of_8_and_16_kib_with_nomerges_2_raise_naming_the_snapshot(scenario_run, kib):
     """Issue 12 item 9: the snapshot sends its bios down as kib-sized requests, one by one;
     the detector pages as for 4 KiB chunks. The VG sits on a partition (nvme?n1p1), so this
@@ -188,8 +197,12 @@ def test_snapshot_chunks_of_8_and_16_kib_with_nomerges_2_raise_naming_the_snapsh
     assert c.raised(disk) == {snapshot}, c.collapse(disk)
     count, at_chunk, total = c.read_sizes(disk, le=str(kib * 1024))
     smaller = c.delta("mergewatch_request_size_bytes_bucket", device=disk, op="read", le=str(kib * 512))
-    # kib-sized requests: nearly all in the chunk's bucket and not the one below.
-    assert count >= 32 * 1024 / kib and at_chunk - smaller >= 0.98 * count, (count, at_chunk, smaller)
+    bios = c.delta("mergewatch_bio_size_bytes_count", device=snapshot, op="read")
+    # kib-sized requests: none above the chunk, and below it at most the piece at each end of a bio that does
+    # not start or end on a chunk boundary. Measured: on 6.1 nearly all in the chunk's bucket; on 5.10 each
+    # of the 128 readahead bios of 256 KiB left a 4 KiB piece at both ends (256 of 4224 requests at 8 KiB).
+    assert count >= 32 * 1024 / kib and at_chunk >= 0.98 * count, (count, at_chunk)
+    assert bios > 0 and smaller <= 2 * bios, (count, smaller, bios)
     assert count <= c.stat_reads()[disk], (count, c.stat_reads())
     assert c.delta("mergewatch_missed_merges_total", device=disk, op="read") >= 0.9 * count
     assert c.delta("mergewatch_bio_merges_total", device=disk, op="read", kind="back") == 0
@@ -197,6 +210,7 @@ def test_snapshot_chunks_of_8_and_16_kib_with_nomerges_2_raise_naming_the_snapsh
     assert f"echo 0 > /sys/block/{disk}/queue/nomerges" in c.log
 
 
+@only_6_1
 def test_snapshot_chunks_of_8_and_16_kib_with_nomerges_0_never_raise(scenario_run):
     """One case reads the same 32 MiB file through both snapshots, merging on."""
     c = Case("snap8-16-nm0")
@@ -244,6 +258,7 @@ def test_lvm_on_a_native_multipath_namespace_raises_and_counts_the_paths(scenari
     assert f"nomerges=2 on {','.join(sorted(paths))}" in c.log, c.log[-3000:]
 
 
+@only_6_1
 def test_requeued_requests_are_counted_once(scenario_run):
     """scsi_debug answers every 7th command "host busy": the block layer requeues the request
     (block_rq_requeue) and issues it again. The daemon's request count must still equal the

@@ -4,8 +4,10 @@ on the kernel command line (run-vm.sh --append), the daemon at its defaults (--s
 incident (snapshot on NVMe, nomerges=2), its nomerges=0 twin and the healthy origin read; then the same three
 with the daemon stripped of CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN (guest-scenario.sh's nocap-* cases, setpriv),
 where auto must fall back to diskstats. The same boot records what the dm devices' own diskstats show on 6.1,
-which the reduced condition is built on (README, "Without BPF")."""
+which the reduced condition is built on (README, "Without BPF"), and, after the cases, the loader cases
+(guest-loader.sh, issue 21) with --source=bpf: what lockdown refuses and the exit the daemon gives."""
 import os
+import re
 
 import pytest
 
@@ -21,7 +23,7 @@ CASES = ["snap-nm2:2:seq:snap", "snap-nm0:0:seq:snap", "origin-nm2:2:seq:origin"
 def lockdown_run():
     return boot(RUN, "--daemon", DAEMON, "--daemon-args", "--web.listen-address=127.0.0.1:9863",
                 "--metrics-url", "http://127.0.0.1:9863/metrics", "--append", "lockdown=confidentiality",
-                "--cases", " ".join(CASES), "--no-stacking", timeout=1500)
+                "--cases", " ".join(CASES), "--no-stacking", "--loader-cases", timeout=1500)
 
 
 class Case:
@@ -111,3 +113,18 @@ def test_what_dm_diskstats_show_on_6_1(lockdown_run):
     assert float(nm2.stat[DISK]["avg_rd_sectors"]) == 8.0 and int(nm2.stat[DISK]["rd_merges"]) == 0, nm2.stat[DISK]
     assert float(nm0.stat[snapshot]["avg_rd_sectors"]) == 8.0, nm0.stat[snapshot]
     assert float(nm0.stat[DISK]["avg_rd_sectors"]) >= 256 and int(nm0.stat[DISK]["rd_merges"]) > 0, nm0.stat[DISK]
+
+
+def test_confidentiality_lockdown_fails_fast_with_its_own_reason(lockdown_run):
+    """--source=bpf under lockdown=confidentiality (guest-loader.sh in the same boot): both program sets are
+    refused, the kernel withholds bpf_probe_read_kernel (and bpf_probe_read, to which libbpf falls back when
+    its own feature probe is refused) from every program. The daemon exits 6 with the reason (auto runs on
+    diskstats instead: above)."""
+    res = RUN.results("loader-results.txt")
+    print(res)
+    assert res["lockdown"] == "none integrity [confidentiality]", res
+    for case in ("auto", "raw_tp"):
+        assert res[f"{case}.exit"] == "6", res
+        assert res[f"{case}.error"].startswith("kernel lockdown (confidentiality) refuses BPF reads"), res
+    log = RUN.read("loader-auto.log")
+    assert re.search(r"unknown func bpf_probe_read(_kernel)?#\d+", log), log[-2000:]

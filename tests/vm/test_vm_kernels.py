@@ -1,19 +1,19 @@
 # SPDX-License-Identifier: Apache-2.0
 """The loader on every kernel of the fleet (issue 21): Debian 11's 5.10 and Debian 13's 6.12 in their
-scenario boots (run-vm.sh --kernel K --loader-cases: test_vm.py and test_vm_stacking.py read the same
-boot), and Debian 12's 6.1 booted once with lockdown=confidentiality.
+scenario boots (run-vm.sh --kernel K --cases vmtest.KERNEL_CASES --no-stacking --loader-cases: test_vm.py
+reads the same boot). Under lockdown=confidentiality on 6.1 the loader cases run in test_vm_diskstats.py's
+boot. On 5.10 the boot also plays the incident with the daemon stripped of its BPF capabilities (issue 23).
 
 tests/vm/guest-loader.sh writes loader-results.txt: per case (auto, raw_tp, hidden, pathbtf) the
 daemon's exit or READY, the program type and the programs it holds (by id from its fdinfo), the task
 helper their translated code calls, and its read count of 256 O_DIRECT 4 KiB reads against
 /sys/block/nvme0n1/stat.
 """
-import os
 import re
 
 import pytest
 
-from vmtest import DAEMON, KERNELS, SCENARIOS, RunDir, VMDIR, boot, scenario_boot
+from vmtest import KERNELS, SCENARIOS, find, scenario_boot
 
 NEW_KERNELS = [k for k in KERNELS if k != "6.1"]
 TRACEPOINTS = {"rq_insert": "block_rq_insert", "rq_issue": "block_rq_issue", "rq_requeue": "block_rq_requeue",
@@ -99,28 +99,46 @@ def test_path_btf_with_the_kernels_file_hidden(loader):
         assert res["pathbtf.read_from_file"] == "1", res
 
 
-LOCKDOWN = RunDir(os.path.join(VMDIR, "test-run-lockdown"))
-
-
 @pytest.fixture(scope="module")
-def lockdown():
-    """Debian 12's 6.1 booted with lockdown=confidentiality, the loader cases only (about 3 min)."""
-    boot(LOCKDOWN, "--append", "lockdown=confidentiality", "--script",
-         os.path.join(os.path.dirname(os.path.abspath(__file__)), "guest-loader.sh"), "--daemon", DAEMON,
-         "--metrics-url", "http://127.0.0.1:9863/metrics", timeout=1200)
-    res = LOCKDOWN.results("loader-results.txt")
-    print(res)
-    return res
+def run_5_10():
+    if "5.10" not in KERNELS:
+        pytest.fail("MW_VM_KERNELS leaves out 5.10")
+    scenario_boot("5.10")
+    return SCENARIOS["5.10"]
 
 
-def test_confidentiality_lockdown_fails_fast_with_its_own_reason(lockdown):
-    """Both program sets are refused: the kernel withholds bpf_probe_read_kernel (and bpf_probe_read, to
-    which libbpf falls back when its own feature probe is refused) from every program. The daemon exits
-    6 with the reason, which the source without BPF (issue 23) maps to its fallback."""
-    res = lockdown
-    assert res["lockdown"] == "none integrity [confidentiality]", res
-    for case in ("auto", "raw_tp"):
-        assert res[f"{case}.exit"] == "6", res
-        assert res[f"{case}.error"].startswith("kernel lockdown (confidentiality) refuses BPF reads"), res
-    log = LOCKDOWN.read("loader-auto.log")
-    assert re.search(r"unknown func bpf_probe_read(_kernel)?#\d+", log), log[-2000:]
+def nocap_case(run, name):
+    """The settled scrape and log of a nocap-* case (guest-scenario.sh: setpriv strips CAP_BPF, CAP_PERFMON and
+    CAP_SYS_ADMIN from the daemon's bounding and inheritable sets)."""
+    p = f"case-{name}"
+    settled = run.samples(f"{p}.settled.prom") if run.exists(f"{p}.settled.prom") else run.samples(f"{p}.after.prom")
+    (source,) = find(settled, "mergewatch_detection_info").keys()
+    collapse = {dict(k)["upper"]: v for k, v in find(settled, "mergewatch_merge_collapse", device="nvme0n1").items()}
+    reads = 0
+    for line in run.read(f"{p}.diskstats").splitlines():
+        fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
+        if fields["dev"] == "nvme0n1":
+            reads = int(fields["reads"])
+    return dict(source), collapse, run.read(f"{p}.daemon.log"), settled, reads
+
+
+def test_without_bpf_capabilities_5_10_falls_back_to_diskstats_and_pages(run_5_10):
+    """Issue 23 on Debian 11's 5.10: --source=auto, bpf() refused for want of the capabilities: the daemon runs
+    on diskstats, says why, and pages the snapshot incident (nomerges=2)."""
+    source, collapse, log, settled, reads = nocap_case(run_5_10, "nocap-snap-nm2")
+    print(f"5.10 nocap-snap-nm2: source {source}, collapse {collapse}, nvme0n1 reads {reads}")
+    assert source["source"] == "diskstats" and source["evidence"] == "reduced", source
+    assert source["reason"].startswith("not privileged to load BPF"), source
+    assert "BPF cannot run" in log and "not tried again" in log, log[-3000:]
+    snapshot = next(dict(k)["device"] for k in find(settled, "mergewatch_device_info", dm_name="vg0-snap"))
+    assert collapse == {snapshot: 1.0}, collapse
+    assert "merge collapse on nvme0n1 (under " + snapshot + ")" in log, log[-3000:]
+    assert "echo 0 > /sys/block/nvme0n1/queue/nomerges" in log
+
+
+def test_without_bpf_capabilities_5_10_stays_quiet_at_nomerges_0(run_5_10):
+    source, collapse, log, settled, reads = nocap_case(run_5_10, "nocap-snap-nm0")
+    assert source["source"] == "diskstats", source
+    assert set(collapse.values()) <= {0.0}, collapse
+    assert "merge collapse on" not in log
+    assert reads > 0  # the quiet is not an idle disk
