@@ -64,9 +64,10 @@ def test_the_snapshot_incident_pages_without_bpf_or_under_lockdown(lockdown_run,
     print(f"{prefix}snap-nm2: source {source}")
     if not prefix:
         # Measured on 6.1: under lockdown=confidentiality the verifier refuses the programs in both modes
-        # (EINVAL: the kernel-read helpers are withheld), and auto runs on diskstats naming the lockdown.
+        # (EINVAL: the kernel-read helpers are withheld), the loader says it is the lockdown (ProbeError::kLockdown,
+        # issue 21), and auto runs on diskstats with that reason.
         assert source["source"] == "diskstats" and source["evidence"] == "reduced", source
-        assert source["reason"].startswith("kernel lockdown=confidentiality"), source
+        assert source["reason"].startswith("kernel lockdown (confidentiality) refuses BPF reads"), source
         assert "BPF cannot run" in c.log and "not tried again" in c.log
     else:
         # Stripped of the capabilities, auto falls back to diskstats and says why.
