@@ -28,8 +28,8 @@ RUN_VM_FAILURES = (2, 124, 125)
 
 _setup_done = set()
 
-# The guest kernels (run-vm.sh --kernel): the whole VM suite runs on 6.1; the scenario boot (incident,
-# request-count, stacking and, with --loader-cases, the loader cases) also on Debian 11's 5.10 and
+# The guest kernels (run-vm.sh --kernel): the whole VM suite runs on 6.1; a scenario boot (incident,
+# partition, multipath and, with --loader-cases, the loader cases: KERNEL_CASES) also on Debian 11's 5.10 and
 # Debian 13's 6.12, one boot each. MW_VM_KERNELS="6.1" narrows it (a developer's quick run).
 KERNELS = tuple(os.environ.get("MW_VM_KERNELS", "6.1 5.10 6.12").split())
 
@@ -153,8 +153,9 @@ KERNEL_CASES_5_10 = KERNEL_CASES + " nocap-snap-nm2:2:seq:snap nocap-snap-nm0:0:
 def scenario_args(kernel):
     """run-vm.sh's arguments for the scenario boot of `kernel` (besides --out, --timeout and the daemon)."""
     if kernel == "6.1":
-        # Every case, then guest-stacking.sh and guest-findings.sh (the rotational disks) in the same guest.
-        return ["--part-disk", "--multipath", "--rotational-disks", "2"]
+        # Every case, then guest-stacking.sh (with the several-disk stack) and guest-findings.sh (the rotational
+        # disks) in the same guest.
+        return ["--part-disk", "--multipath", "--rotational-disks", "2", "--nvme-disks", "2"]
     cases = KERNEL_CASES_5_10 if kernel == "5.10" else KERNEL_CASES
     return ["--kernel", kernel, "--part-disk", "--multipath", "--cases", cases, "--no-stacking", "--loader-cases"]
 
@@ -173,7 +174,7 @@ def scenario_boot(kernel="6.1"):
             _scenario[kernel] = (boot(SCENARIOS[kernel], "--daemon", DAEMON, "--daemon-args",
                                       "--web.listen-address=127.0.0.1:9863", "--metrics-url",
                                       "http://127.0.0.1:9863/metrics", *scenario_args(kernel),
-                                      timeout=1200 if kernel == "6.1" else 2400), None)
+                                      timeout=1800 if kernel == "6.1" else 2400), None)
         except BaseException as e:
             _scenario[kernel] = (None, f"{type(e).__name__}: {e}")
             raise
