@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <cctype>
+#include <optional>
 
 namespace mergewatch {
 namespace {
@@ -563,10 +564,11 @@ class PairFeeder {
     return events;
   }
   std::vector<DiskVerdict> Verdicts() const { return detector_.Verdicts(); }
-  const DiskVerdict* Find(const std::string& upper) const {
-    for (const DiskVerdict& v : verdicts_cache_ = detector_.Verdicts())
-      if (v.upper == upper) return &v;
-    return nullptr;
+  // A copy: the verdicts are built anew on each call, so a pointer into them would not outlive the next.
+  std::optional<DiskVerdict> Find(const std::string& upper) const {
+    for (const DiskVerdict& v : detector_.Verdicts())
+      if (v.upper == upper) return v;
+    return std::nullopt;
   }
   Snapshot& snapshot() { return snapshot_; }
 
@@ -595,7 +597,6 @@ class PairFeeder {
   Topology topology_;
   Snapshot snapshot_;
   TimePoint now_{};
-  mutable std::vector<DiskVerdict> verdicts_cache_;
 };
 
 // 4 KiB snapshot chunks, nomerges=2: each 128 KiB readahead bio of the backup becomes 32 requests, 31 missed.
@@ -618,10 +619,10 @@ TEST(CollapsePerUpper, ABackupReadingASnapshotPagesBesideABusyOriginAndNamesTheS
   EXPECT_EQ(events[0].device, "nvme1n1");
   EXPECT_EQ(events[0].upper, "dm-3");
   EXPECT_NE(events[0].message.find("under dm-3"), std::string::npos) << events[0].message;
-  const DiskVerdict* snap = f.Find("dm-3");
-  const DiskVerdict* origin = f.Find("dm-1");
-  ASSERT_NE(snap, nullptr);
-  ASSERT_NE(origin, nullptr);
+  const std::optional<DiskVerdict> snap = f.Find("dm-3");
+  const std::optional<DiskVerdict> origin = f.Find("dm-1");
+  ASSERT_TRUE(snap.has_value());
+  ASSERT_TRUE(origin.has_value());
   EXPECT_TRUE(snap->raised);
   EXPECT_NEAR(snap->evidence.missed_share, 1550.0 / 1600, 1e-9);
   EXPECT_DOUBLE_EQ(snap->evidence.upper_mean_bio_bytes, 131072);
@@ -681,8 +682,8 @@ TEST(CollapsePerUpper, HealthyIoOnOtherUpperDevicesNeverHidesThePair) {
     PairLoad merging{4, 500 * scale, 131072, 0, 0, 0, 15000 * scale, 500 * scale, 131072};
     PairFeeder f(policy);
     f.Run(10, {SnapshotBackup(), busy, merging});
-    const DiskVerdict* snap = f.Find("dm-3");
-    ASSERT_NE(snap, nullptr);
+    const std::optional<DiskVerdict> snap = f.Find("dm-3");
+    ASSERT_TRUE(snap.has_value());
     EXPECT_TRUE(snap->raised) << scale;
     for (const DiskVerdict& v : f.Verdicts()) EXPECT_EQ(v.raised, v.upper == "dm-3") << v.upper << " " << scale;
   }
@@ -724,8 +725,8 @@ TEST(CollapsePerUpper, DiscardsNeverEnterWhatMergingWouldHaveBuilt) {
   PairLoad writes{4, 6400, 4096, 4800, 1600, 1600ull * 16384, 0, 6400, 4096, MW_OP_WRITE};
   PairLoad trim{4, 100, 1 << 30, 0, 0, 0, 0, 100, 1 << 30, MW_OP_DISCARD};
   EXPECT_TRUE(f.Run(20, {writes, trim}).empty());
-  const DiskVerdict* lv = f.Find("dm-4");
-  ASSERT_NE(lv, nullptr);
+  const std::optional<DiskVerdict> lv = f.Find("dm-4");
+  ASSERT_TRUE(lv.has_value());
   EXPECT_DOUBLE_EQ(lv->evidence.upper_mean_bio_bytes, 4096);
   EXPECT_DOUBLE_EQ(lv->evidence.requests_per_second, 6400);  // the discards are no requests here
 }
