@@ -65,7 +65,7 @@ class AuthGate {
     kThrottled,  // this client failed recently: refuse without a check
     kBusy,       // another check runs, or the gate cools down after a failed one
   };
-  AuthGate() = default;
+  AuthGate() : AuthGate(Policy{}) {}
   explicit AuthGate(Policy policy) : policy_(policy) {}
   // `retry_after`: when the client may try again (for Retry-After), unless kRun.
   Verdict Admit(const std::string& client, SteadyTime now, SteadyDuration* retry_after);
