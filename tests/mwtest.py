@@ -150,3 +150,12 @@ def baseline(samples, name, **labels):
 def find(s, name, **labels):
     """Samples of `name` whose labels include `labels`: {frozenset(labels): value}."""
     return {k[1]: v for k, v in s.items() if k[0] == name and set(labels.items()) <= set(k[1])}
+
+
+def rss_kib(pid):
+    """The process's resident set size in KiB (/proc/PID/status VmRSS)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")

@@ -15,6 +15,17 @@ constexpr uint32_t kSmallSlots = 12 - MW_SIZE_MIN_SHIFT + 1;
 
 double Ratio(double part, double whole) { return whole > 0 ? part / whole : 0; }
 
+// What merging would have built per request run: the runs' own bytes where BPF reported runs, else
+// estimated from the missed merges (every run starts with a request that was not a missed merge: at
+// least as many runs as such heads).
+double MergedRequestBytes(uint64_t run_bytes, uint64_t runs, uint64_t missed, uint64_t requests,
+                          double mean_request_bytes) {
+  if (runs > 0) return Ratio(static_cast<double>(run_bytes), static_cast<double>(runs));
+  if (missed == 0) return 0;
+  const uint64_t run_heads = requests > missed ? requests - missed : 1;
+  return mean_request_bytes * static_cast<double>(requests) / static_cast<double>(run_heads);
+}
+
 std::string Percent(double share) {
   char buf[16];
   snprintf(buf, sizeof(buf), "%.0f%%", share * 100);
@@ -288,12 +299,7 @@ CollapseEvidence CollapseDetector::EvaluatePair(const std::string& origin, const
   // into it later, which the merge share then shows.
   e.mean_request_bytes = Ratio(static_cast<double>(p.request_bytes), static_cast<double>(p.requests));
   e.runs_reported = p.runs > 0;
-  if (e.runs_reported) {
-    e.merged_request_bytes = Ratio(static_cast<double>(p.run_bytes), static_cast<double>(p.runs));
-  } else if (p.missed > 0) {
-    const uint64_t run_heads = p.requests > p.missed ? p.requests - p.missed : 1;
-    e.merged_request_bytes = e.mean_request_bytes * static_cast<double>(p.requests) / static_cast<double>(run_heads);
-  }
+  e.merged_request_bytes = MergedRequestBytes(p.run_bytes, p.runs, p.missed, p.requests, e.mean_request_bytes);
   e.upper = origin;
   auto it = deltas.find(origin);
   if (it != deltas.end())
@@ -326,13 +332,8 @@ CollapseEvidence CollapseDetector::Evaluate(const std::string& disk, const Total
   e.back_merges_per_second = Ratio(static_cast<double>(delta.back_merges), seconds);
   e.mean_request_bytes = Ratio(static_cast<double>(delta.request_bytes), static_cast<double>(delta.requests));
   e.runs_reported = delta.runs > 0;
-  if (e.runs_reported) {
-    e.merged_request_bytes = Ratio(static_cast<double>(delta.run_bytes), static_cast<double>(delta.runs));
-  } else if (delta.missed > 0) {
-    // Every run starts with a request that was not a missed merge: at least as many runs.
-    const uint64_t run_heads = delta.requests > delta.missed ? delta.requests - delta.missed : 1;
-    e.merged_request_bytes = e.mean_request_bytes * static_cast<double>(delta.requests) / static_cast<double>(run_heads);
-  }
+  e.merged_request_bytes =
+      MergedRequestBytes(delta.run_bytes, delta.runs, delta.missed, delta.requests, e.mean_request_bytes);
 
   // The upper device the disk's requests came from, by the remap chain: the device they
   // were first submitted to (for an LVM snapshot the snapshot itself, not the -real/-cow

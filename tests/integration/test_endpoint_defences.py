@@ -19,7 +19,7 @@ import urllib.request
 
 import pytest
 
-from conftest import DAEMON, free_port, parse_samples
+from conftest import DAEMON, free_port, parse_samples, rss_kib
 
 # HttpLimits in daemon/http/http_server.h and the README's "Securing the endpoint" name these.
 PER_ADDRESS_CAP, TOTAL_CAP, REQUEST_TIMEOUT_S = 32, 1024, 3
@@ -31,14 +31,6 @@ def cpu_seconds(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
-
-
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
 
 
 def connect_from(source, port, timeout=5):
