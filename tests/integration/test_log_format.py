@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import subprocess
+import tempfile
 import time
 import urllib.request
 
@@ -14,26 +15,33 @@ from conftest import DAEMON, free_port
 
 
 def run_daemon(*args, env_extra=None):
+    """Runs the daemon until it serves a scrape, sends SIGHUP (a rescan: more lines) and SIGTERM; returns its
+    stderr lines. stderr goes to a file, not a pipe: at --log.level=debug the start writes more than a pipe
+    holds (1,800 lines), and a pipe nobody reads until the end blocked the daemon before it served."""
     port = free_port()
     env = dict(os.environ, **(env_extra or {}))
-    proc = subprocess.Popen([DAEMON, f"--web.listen-address=127.0.0.1:{port}", "--log.level=debug", *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
-                break
-            except OSError:
-                assert proc.poll() is None, proc.stderr.read()
-                time.sleep(0.1)
-        os.kill(proc.pid, signal.SIGHUP)  # a rescan: more lines
-        time.sleep(0.5)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
-    return err.splitlines()
+    with tempfile.TemporaryFile(mode="w+") as err:
+        proc = subprocess.Popen([DAEMON, f"--web.listen-address=127.0.0.1:{port}", "--log.level=debug", *args],
+                                stdout=subprocess.DEVNULL, stderr=err, text=True, env=env)
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+                    break
+                except OSError:
+                    assert proc.poll() is None, "the daemon exited before it served"
+                    assert time.monotonic() < deadline, "no scrape answered within 30 s"
+                    time.sleep(0.1)
+            os.kill(proc.pid, signal.SIGHUP)
+            time.sleep(0.5)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+            err.seek(0)
+            lines = err.read().splitlines()
+    assert proc.returncode == 0, lines[-20:]
+    return lines
 
 
 def test_json_lines_parse_one_by_one_also_under_journald():
