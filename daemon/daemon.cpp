@@ -403,19 +403,14 @@ int ServeUntilSignal(const Config& config, Sources& sources, std::shared_ptr<Bpf
 
 namespace {
 
-// The line a fault signal leaves before the process dies of it (only async-signal-safe calls:
-// the text is made at start). It re-raises with the default action, so the exit status and a
-// core dump are what they would have been.
-char g_fault_prefix[8] = "";
-
+// The line a fault signal leaves before the process dies of it (LogFromSignalHandler: async-signal-safe,
+// in the configured log format). It re-raises with the default action, so the exit status and a core dump
+// are what they would have been.
 void LogFaultAndDie(int signo) {
   const char* abbrev = sigabbrev_np(signo);
-  const char* parts[] = {g_fault_prefix, "level=error msg=\"fatal signal SIG", abbrev != nullptr ? abbrev : "?",
-                         ": mergewatchd dies (BPF links are detached by the kernel as the process exits)\"\n"};
-  for (const char* part : parts) {
-    ssize_t unused = write(STDERR_FILENO, part, strlen(part));
-    (void)unused;
-  }
+  const char* parts[] = {"fatal signal SIG", abbrev != nullptr ? abbrev : "?",
+                         ": mergewatchd dies (BPF links are detached by the kernel as the process exits)"};
+  LogFromSignalHandler(parts, 3);
   signal(signo, SIG_DFL);
   raise(signo);
 }
@@ -427,7 +422,6 @@ void BlockDaemonSignals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   // A client that goes away mid-response must cost an EPIPE, not the process.
   signal(SIGPIPE, SIG_IGN);
-  if (std::getenv("JOURNAL_STREAM") != nullptr) strcpy(g_fault_prefix, "<3>");
   struct sigaction action {};
   action.sa_handler = LogFaultAndDie;
   action.sa_flags = SA_RESETHAND | SA_NODEFER;

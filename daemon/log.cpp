@@ -7,6 +7,8 @@
 #include <ctime>
 #include <mutex>
 
+#include <unistd.h>
+
 #include "metrics/exposition.h"
 
 namespace mergewatch {
@@ -83,7 +85,81 @@ std::string Timestamp() {
   return stamp;
 }
 
+// Appends text to a fixed buffer, truncating at its end (signal-handler use: no allocation).
+struct FixedLine {
+  char text[512];
+  size_t length = 0;
+  void Add(const char* part) {
+    while (*part != '\0' && length < sizeof(text) - 1) text[length++] = *part++;
+  }
+  void AddDigits(long value, int width) {
+    char digits[24];
+    int n = 0;
+    do {
+      digits[n++] = static_cast<char>('0' + value % 10);
+      value /= 10;
+    } while (value > 0 || n < width);
+    while (n > 0 && length < sizeof(text) - 1) text[length++] = digits[--n];
+  }
+};
+
+// Timestamp() without gmtime_r/strftime, which are not async-signal-safe: days to a civil date by
+// Howard Hinnant's days_from_civil inverse (proleptic Gregorian, valid for every time_t after 1970).
+void AddTimestamp(FixedLine* line) {
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  const long seconds_of_day = now.tv_sec % 86400;
+  long z = now.tv_sec / 86400 + 719468;
+  const long era = z / 146097;
+  const long day_of_era = z - era * 146097;
+  const long year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36524 - day_of_era / 146096) / 365;
+  const long day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+  const long mp = (5 * day_of_year + 2) / 153;
+  const long day = day_of_year - (153 * mp + 2) / 5 + 1;
+  const long month = mp < 10 ? mp + 3 : mp - 9;
+  const long year = year_of_era + era * 400 + (month <= 2 ? 1 : 0);
+  line->AddDigits(year, 4);
+  line->Add("-");
+  line->AddDigits(month, 2);
+  line->Add("-");
+  line->AddDigits(day, 2);
+  line->Add("T");
+  line->AddDigits(seconds_of_day / 3600, 2);
+  line->Add(":");
+  line->AddDigits(seconds_of_day / 60 % 60, 2);
+  line->Add(":");
+  line->AddDigits(seconds_of_day % 60, 2);
+  line->Add(".");
+  line->AddDigits(now.tv_nsec / 1000000, 3);
+  line->Add("Z");
+}
+
 }  // namespace
+
+void LogFromSignalHandler(const char* const* message_parts, int part_count) {
+  // getenv is not async-signal-safe in general, but only setenv/putenv make it unsafe and the daemon
+  // calls neither; Log() reads the same variable.
+  const bool to_journal = std::getenv("JOURNAL_STREAM") != nullptr;
+  FixedLine line;
+  if (g_format == static_cast<int>(LogFormat::kJson)) {
+    line.Add("{\"ts\":\"");
+    AddTimestamp(&line);
+    line.Add("\",\"level\":\"error\",\"msg\":\"");
+  } else {
+    if (to_journal) {
+      line.Add("<3>");
+    } else {
+      line.Add("ts=");
+      AddTimestamp(&line);
+      line.Add(" ");
+    }
+    line.Add("level=error msg=\"");
+  }
+  for (int i = 0; i < part_count; ++i) line.Add(message_parts[i]);
+  line.Add(g_format == static_cast<int>(LogFormat::kJson) ? "\"}\n" : "\"\n");
+  ssize_t unused = write(STDERR_FILENO, line.text, line.length);
+  (void)unused;
+}
 
 bool ParseLogFormat(const std::string& text, LogFormat* format) {
   if (text == "logfmt") {

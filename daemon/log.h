@@ -28,6 +28,11 @@ bool LogEnabled(LogLevel level);
 // Writes one line: level=<l> msg="<message>" (message quoted and escaped for logfmt).
 void Log(LogLevel level, const std::string& message);
 
+// The error line for a fatal signal, from its handler: async-signal-safe (no allocation, no lock, no stdio),
+// in the same format as Log() (logfmt or json, the journald prefix or a timestamp). `message` is plain
+// text without quotes, backslashes or control bytes, so it needs no escaping in either format.
+void LogFromSignalHandler(const char* const* message_parts, int part_count);
+
 inline void LogDebug(const std::string& m) { Log(LogLevel::kDebug, m); }
 inline void LogInfo(const std::string& m) { Log(LogLevel::kInfo, m); }
 inline void LogWarn(const std::string& m) { Log(LogLevel::kWarn, m); }
