@@ -19,6 +19,11 @@ SANITIZE_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-om
 # g++ 12 with ASan at -O2 reports -Wmaybe-uninitialized inside libstdc++'s <regex> (_State move,
 # regex_automaton.h:315, GCC PR 105562), which -Werror turns fatal; the normal build keeps the check.
 SANITIZE_WARN  := -Wno-maybe-uninitialized
+# -O1 with line tables only (after CXXFLAGS' -O2 -g, so these win): what the ASan and libFuzzer docs
+# recommend, stack traces keep file:line, and it compiles in about half the time of -O2 -g under ASan
+# (measured here: detector_test.cpp 191 s -> 109 s, exporter.cpp 95 s -> 31 s, 2 busy cores).
+SANITIZE_OPT   := -O1 -g1
+FUZZ_OPT       := -O1 -gline-tables-only
 # LeakSanitizer works here: it needs ptrace for its stop-the-world step, and neither seccomp nor
 # Yama blocks that on this host/container (checked: a planted malloc leak is reported, exit 1).
 SANITIZE_ENV   := ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1 \
@@ -36,7 +41,10 @@ ASAN_DAEMON    := $(ASAN_DIR)/mergewatchd
 # The library goes into the fuzz binary with coverage instrumentation (fuzzer-no-link) and the
 # same ASan/UBSan flags; only the harness itself links libFuzzer's main.
 FUZZ_DIR       := $(BUILD)/fuzz
-FUZZ_LIB_OBJS  := $(patsubst daemon/%.cpp,$(FUZZ_DIR)/obj/%.o,$(LIB_SRCS))
+# The harness drives the sysfs topology reader only: the library part it links is daemon/topology/ and
+# the logger, not the whole daemon (a third full compile of LIB_SRCS in make test otherwise).
+FUZZ_LIB_SRCS  := $(wildcard daemon/topology/*.cpp) daemon/log.cpp
+FUZZ_LIB_OBJS  := $(patsubst daemon/%.cpp,$(FUZZ_DIR)/obj/%.o,$(FUZZ_LIB_SRCS))
 FUZZ_LIB       := $(FUZZ_DIR)/libmergewatch.a
 FUZZ_BIN       := $(FUZZ_DIR)/topology_fuzz
 FUZZ_CORPUS    := $(FUZZ_DIR)/corpus
@@ -63,17 +71,17 @@ $(ASAN_DIR)/obj $(ASAN_DIR)/obj/unit $(FUZZ_DIR)/obj:
 $(ASAN_DIR)/obj/%.o: daemon/%.cpp | $(ASAN_DIR)/obj $(SKEL)
 	$(call msg,CXX-ASAN,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CXX) $(CPPFLAGS) $(CXXFLAGS) $(SANITIZE_FLAGS) $(SANITIZE_WARN) -c $< -o $@
+	$(Q)$(CXX) $(CPPFLAGS) $(CXXFLAGS) $(SANITIZE_OPT) $(SANITIZE_FLAGS) $(SANITIZE_WARN) -c $< -o $@
 
 $(ASAN_DIR)/obj/unit/%.o: tests/unit/%.cpp | $(ASAN_DIR)/obj/unit $(SKEL)
 	$(call msg,CXX-ASAN,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CXX) $(CPPFLAGS) $(CXXFLAGS) $(SANITIZE_FLAGS) $(SANITIZE_WARN) -c $< -o $@
+	$(Q)$(CXX) $(CPPFLAGS) $(CXXFLAGS) $(SANITIZE_OPT) $(SANITIZE_FLAGS) $(SANITIZE_WARN) -c $< -o $@
 
 $(ASAN_DIR)/cliobj/%.o: cli/%.cpp
 	$(call msg,CXX-ASAN,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CXX) $(CPPFLAGS) $(CXXFLAGS) $(SANITIZE_FLAGS) $(SANITIZE_WARN) -c $< -o $@
+	$(Q)$(CXX) $(CPPFLAGS) $(CXXFLAGS) $(SANITIZE_OPT) $(SANITIZE_FLAGS) $(SANITIZE_WARN) -c $< -o $@
 
 $(ASAN_UNIT_BIN): $(ASAN_UNIT_OBJS) $(ASAN_LIB_OBJS) $(ASAN_CLI_OBJS)
 	$(call msg,LINK,$@)
@@ -101,11 +109,11 @@ test-fuzz: $(FUZZ_BIN)
 $(FUZZ_DIR)/obj/%.o: daemon/%.cpp | $(FUZZ_DIR)/obj $(SKEL)
 	$(call msg,CXX-FUZZ,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(FUZZ_CXX) $(CPPFLAGS) $(CXXFLAGS) $(FUZZ_CXXFLAGS) -c $< -o $@
+	$(Q)$(FUZZ_CXX) $(CPPFLAGS) $(CXXFLAGS) $(FUZZ_OPT) $(FUZZ_CXXFLAGS) -c $< -o $@
 
 $(FUZZ_DIR)/obj/topology_fuzz.o: tests/fuzz/topology_fuzz.cpp | $(FUZZ_DIR)/obj $(SKEL)
 	$(call msg,CXX-FUZZ,$@)
-	$(Q)$(FUZZ_CXX) $(CPPFLAGS) $(CXXFLAGS) $(FUZZ_CXXFLAGS) -c $< -o $@
+	$(Q)$(FUZZ_CXX) $(CPPFLAGS) $(CXXFLAGS) $(FUZZ_OPT) $(FUZZ_CXXFLAGS) -c $< -o $@
 
 $(FUZZ_LIB): $(FUZZ_LIB_OBJS)
 	$(call msg,AR,$@)
