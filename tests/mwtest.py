@@ -2,9 +2,11 @@
 """Helpers shared by the suites (tests/integration, tests/deploy, tests/vm): free ports, RAM-backed
 loop devices, the BPF links a process holds, and the strict readers of a Prometheus scrape. Each
 suite's conftest (tests/vm: vmtest.py) imports them from here."""
+import ctypes
 import json
 import os
 import socket
+import struct
 import subprocess
 import tempfile
 
@@ -159,3 +161,54 @@ def rss_kib(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     raise AssertionError("no VmRSS")
+
+
+def _bpf_syscall(cmd, attr):
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    rc = libc.syscall(321, cmd, ctypes.byref(attr), ctypes.sizeof(attr))  # SYS_bpf on x86-64
+    if rc < 0:
+        raise OSError(ctypes.get_errno(), f"bpf({cmd}): {os.strerror(ctypes.get_errno())}")
+    return rc
+
+
+def undone_dispatches(pid, dev_path, op=0):
+    """Dispatches of the block device at `dev_path` (REQ_OP `op`, 0 = read) that the daemon `pid`'s
+    in-flight table still holds with neither a completion nor a requeue seen (struct mw_inflight in
+    include/mergewatch/abi.h: rq, insert_ns, issue_ns, u32 requeued, op, major, minor, u64 diskseq).
+    Once the device is idle each is a latency sample lost, which the daemon counts under
+    complete_not_seen only when the request is next dispatched."""
+    map_ids = set()
+    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+        try:
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                map_ids |= {int(line.split()[1]) for line in f if line.startswith("map_id:")}
+        except OSError:
+            continue
+    info = None
+    for map_id in map_ids:
+        shown = json.loads(subprocess.run(["bpftool", "-j", "map", "show", "id", str(map_id)], capture_output=True,
+                                          text=True, check=True, timeout=30).stdout)
+        if shown.get("name") == "inflight":
+            info = shown
+    assert info is not None, f"no in-flight map among the daemon's maps {sorted(map_ids)}"
+    assert info["bytes_value"] == 48, info
+    rdev = os.stat(dev_path).st_rdev
+    with open(f"/sys/block/{os.path.basename(dev_path)}/diskseq") as f:
+        diskseq = int(f.read())
+    want = (op, os.major(rdev), os.minor(rdev), diskseq)
+    fd = _bpf_syscall(14, (ctypes.c_uint32 * 3)(info["id"], 0, 0))  # BPF_MAP_GET_FD_BY_ID
+    try:
+        key, value_buf = ctypes.c_uint32(0), ctypes.create_string_buffer(48)
+        # BPF_MAP_LOOKUP_ELEM: map_fd, pad, key pointer, value pointer, flags
+        attr = (ctypes.c_uint64 * 4)(fd, ctypes.addressof(key), ctypes.addressof(value_buf), 0)
+        undone = 0
+        for slot in range(info["max_entries"]):
+            key.value = slot
+            _bpf_syscall(1, attr)
+            rq, _insert, issue, requeued, *dev = struct.unpack("<QQQIIIIQ", value_buf.raw)
+            if rq and issue and not requeued and tuple(dev) == want:
+                undone += 1
+        return undone
+    finally:
+        os.close(fd)
