@@ -113,6 +113,27 @@ static __always_inline __u64 pointer_value(const void *pointer)
 	return *cell;
 }
 
+/* Zero value for lookup-or-init: too large for the 512-byte BPF stack. */
+static const struct mw_dev_stats zero_stats;
+
+static __always_inline void count_event(__u32 idx);
+
+/*
+ * The dispatch held in `slot` will never be timed (see handle_rq_issue): counted host-wide and
+ * for the device and op of that dispatch, which the slot recorded (the request pointer may come
+ * back for another op, or for another disk of a shared tag set).
+ */
+static __always_inline void count_not_seen(const struct mw_inflight *slot)
+{
+	struct mw_dev_key key = { .major = slot->major, .minor = slot->minor, .op = slot->op,
+				  .diskseq = slot->diskseq };
+	struct mw_dev_stats *stats = bpf_map_lookup_elem(&dev_stats, &key);
+
+	count_event(MW_CNT_COMPLETE_NOT_SEEN);
+	if (stats)
+		stats->latency_lost_not_seen++;
+}
+
 static __always_inline bool slot_claimable(const struct mw_inflight *slot, __u64 now)
 {
 	__u64 since = slot->issue_ns > slot->insert_ns ? slot->issue_ns : slot->insert_ns;
@@ -151,6 +172,9 @@ static __always_inline struct mw_inflight *inflight_slot_of(__u64 rq, __u64 now,
 			return NULL;
 		a = b;
 	}
+	/* Taken over from a dispatch with no completion for MW_INFLIGHT_STALE_NS: never timed now. */
+	if (a->rq && a->issue_ns && !a->requeued)
+		count_not_seen(a);
 	a->rq = rq;
 	a->insert_ns = 0;
 	a->issue_ns = 0;
@@ -307,9 +331,6 @@ struct {
 
 /* Set once a stacking driver remapped a bio: until then no request pays for the lookup. */
 __u32 remaps_seen = 0;
-
-/* Zero value for lookup-or-init: too large for the 512-byte BPF stack. */
-static const struct mw_dev_stats zero_stats;
 
 static __always_inline void count_event(__u32 idx)
 {

@@ -2,9 +2,11 @@
 """Helpers shared by the suites (tests/integration, tests/deploy, tests/vm): free ports, RAM-backed
 loop devices, the BPF links a process holds, and the strict readers of a Prometheus scrape. Each
 suite's conftest (tests/vm: vmtest.py) imports them from here."""
+import ctypes
 import json
 import os
 import socket
+import struct
 import subprocess
 import tempfile
 
@@ -159,3 +161,79 @@ def rss_kib(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     raise AssertionError("no VmRSS")
+
+
+def _bpf_syscall(cmd, attr):
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    rc = libc.syscall(321, cmd, ctypes.byref(attr), ctypes.sizeof(attr))  # SYS_bpf on x86-64
+    if rc < 0:
+        raise OSError(ctypes.get_errno(), f"bpf({cmd}): {os.strerror(ctypes.get_errno())}")
+    return rc
+
+
+def undone_dispatches(pid, dev_path, op=0):
+    """Dispatches of the block device at `dev_path` (REQ_OP `op`, 0 = read) that the daemon `pid`'s
+    in-flight table still holds with neither a completion nor a requeue seen (struct mw_inflight in
+    include/mergewatch/abi.h: rq, insert_ns, issue_ns, u32 requeued, op, major, minor, u64 diskseq).
+    Once the device is idle each is a latency sample lost, which the daemon counts under
+    complete_not_seen only when the request is next dispatched."""
+    map_ids = set()
+    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+        try:
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                map_ids |= {int(line.split()[1]) for line in f if line.startswith("map_id:")}
+        except OSError:
+            continue
+    info = None
+    for map_id in map_ids:
+        shown = json.loads(subprocess.run(["bpftool", "-j", "map", "show", "id", str(map_id)], capture_output=True,
+                                          text=True, check=True, timeout=30).stdout)
+        if shown.get("name") == "inflight":
+            info = shown
+    assert info is not None, f"no in-flight map among the daemon's maps {sorted(map_ids)}"
+    assert info["bytes_value"] == 48, info
+    rdev = os.stat(dev_path).st_rdev
+    with open(f"/sys/block/{os.path.basename(dev_path)}/diskseq") as f:
+        diskseq = int(f.read())
+    want = (op, os.major(rdev), os.minor(rdev), diskseq)
+    fd = _bpf_syscall(14, (ctypes.c_uint32 * 3)(info["id"], 0, 0))  # BPF_MAP_GET_FD_BY_ID
+    try:
+        key, value_buf = ctypes.c_uint32(0), ctypes.create_string_buffer(48)
+        # BPF_MAP_LOOKUP_ELEM: map_fd, pad, key pointer, value pointer, flags
+        attr = (ctypes.c_uint64 * 4)(fd, ctypes.addressof(key), ctypes.addressof(value_buf), 0)
+        undone = 0
+        for slot in range(info["max_entries"]):
+            key.value = slot
+            _bpf_syscall(1, attr)
+            rq, _insert, issue, requeued, *dev = struct.unpack("<QQQIIIIQ", value_buf.raw)
+            if rq and issue and not requeued and tuple(dev) == want:
+                undone += 1
+        return undone
+    finally:
+        os.close(fd)
+
+
+def churn_tracepoint(tracepoint, stop):
+    """Attaches a do-nothing raw_tp program to `tracepoint` and detaches it again, over and over until
+    `stop` (a threading.Event) is set; returns the cycles. Attaching to a tracepoint nobody else uses
+    turns its static key on and off, which patches kernel text: on 6.18 that is what makes the kernel
+    skip BPF programs on block_rq_complete (issue 24: 56-128 of 2 M with a few hundred cycles a
+    second on block_plug; 0 of 2.3 M with 25,884 cycles on block_rq_complete itself)."""
+    insns = (ctypes.c_uint64 * 2)(0x00000000000000b7, 0x0000000000000095)  # r0 = 0; exit
+    license = ctypes.create_string_buffer(b"GPL")
+    # BPF_PROG_LOAD: prog_type (BPF_PROG_TYPE_RAW_TRACEPOINT), insn_cnt, insns, license, then zeros
+    attr = (ctypes.c_uint32 * 32)()
+    attr[0], attr[1] = 17, 2
+    struct.pack_into("<QQ", attr, 8, ctypes.addressof(insns), ctypes.addressof(license))
+    prog_fd = _bpf_syscall(5, attr)
+    name = ctypes.create_string_buffer(tracepoint.encode())
+    open_attr = (ctypes.c_uint64 * 2)(ctypes.addressof(name), prog_fd)  # raw_tracepoint.name, prog_fd
+    cycles = 0
+    try:
+        while not stop.is_set():
+            os.close(_bpf_syscall(17, open_attr))  # BPF_RAW_TRACEPOINT_OPEN; closing the link detaches
+            cycles += 1
+    finally:
+        os.close(prog_fd)
+    return cycles

@@ -149,11 +149,21 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
                                          "mergewatch_missed_merge_runs_total, the request size merging would have built.",
                                          MetricType::Counter);
 
+  MetricFamily latency_lost =
+      Family("mergewatch_request_latency_lost_total",
+             "Requests of mergewatch_request_size_bytes whose latency sample was lost, by reason: inflight_map_full "
+             "(no in-flight slot at dispatch), complete_not_seen (dispatched again, or its slot taken over after "
+             "60 s, with no completion seen: the kernel ran no completion program for it). Once I/O stops, the "
+             "request count equals the latency count plus these, except dispatches whose loss shows only when "
+             "the request is next dispatched.",
+             MetricType::Counter);
+
   // Every series is built in place in its family's vector, which never grows past its first
   // allocation; the bounds are the same for every histogram of a kind.
   for (MetricFamily* f : {&size, &latency, &queue_latency, &bio_size, &missed, &missed_runs, &missed_run_bytes})
     f->metric.reserve(by_label.size());
   merges.metric.reserve(2 * by_label.size());
+  latency_lost.metric.reserve(2 * by_label.size());
   const std::vector<double> size_bounds = Log2Bounds(MW_SIZE_SLOTS, MW_SIZE_MIN_SHIFT, 1.0);
   const std::vector<double> latency_bounds = Log2Bounds(MW_LAT_SLOTS, MW_LAT_MIN_SHIFT, kNanosecondsPerSecond);
   const auto add = [](MetricFamily* family, const std::vector<ClientMetric::Label>& labels) -> ClientMetric& {
@@ -161,13 +171,14 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
     family->metric.back().label = labels;
     return family->metric.back();
   };
-  std::vector<ClientMetric::Label> base(2), with_kind(3);
-  base[0].name = with_kind[0].name = "device";
-  base[1].name = with_kind[1].name = "op";
+  std::vector<ClientMetric::Label> base(2), with_kind(3), with_reason(3);
+  base[0].name = with_kind[0].name = with_reason[0].name = "device";
+  base[1].name = with_kind[1].name = with_reason[1].name = "op";
   with_kind[2].name = "kind";
+  with_reason[2].name = "reason";
   for (const auto& [labels, stats] : by_label) {
-    base[0].value = with_kind[0].value = labels.first;
-    base[1].value = with_kind[1].value = labels.second;
+    base[0].value = with_kind[0].value = with_reason[0].value = labels.first;
+    base[1].value = with_kind[1].value = with_reason[1].value = labels.second;
     uint64_t issued = 0, bios = 0;
     for (uint64_t v : stats.size_slots) issued += v;
     for (uint64_t v : stats.bio_size_slots) bios += v;
@@ -200,6 +211,10 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
       add(&missed, base).counter.value = static_cast<double>(stats.missed_merges);
       add(&missed_runs, base).counter.value = static_cast<double>(stats.missed_merge_runs);
       add(&missed_run_bytes, base).counter.value = static_cast<double>(stats.missed_merge_run_bytes);
+      with_reason[2].value = "inflight_map_full";
+      add(&latency_lost, with_reason).counter.value = static_cast<double>(stats.latency_lost_inflight_full);
+      with_reason[2].value = "complete_not_seen";
+      add(&latency_lost, with_reason).counter.value = static_cast<double>(stats.latency_lost_not_seen);
     }
     if (issued > 0 || stats.back_merges > 0 || stats.front_merges > 0) {
       with_kind[2].value = "back";
@@ -286,8 +301,8 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
   unresolved_family.metric.push_back(GaugeValue({}, static_cast<double>(unresolved.size())));
 
   std::vector<MetricFamily> families;
-  families.reserve(17);  // and the collector's scrape errors
-  for (MetricFamily* f : {&size, &latency, &queue_latency, &bio_size, &merges, &missed, &missed_runs,
+  families.reserve(18);  // and the collector's scrape errors
+  for (MetricFamily* f : {&size, &latency, &latency_lost, &queue_latency, &bio_size, &merges, &missed, &missed_runs,
                           &missed_run_bytes, &remapped, &remapped_missed, &build, &programs, &events, &not_io,
                           &capacity, &unresolved_family})
     families.push_back(std::move(*f));

@@ -125,6 +125,16 @@ struct mw_dev_stats {
 	 */
 	__u64 missed_merge_runs;
 	__u64 missed_merge_run_bytes;
+	/*
+	 * Requests of this device and op counted above (size_slots) whose latency sample was lost,
+	 * by reason: no in-flight slot at dispatch (inflight_map_full), or dispatched again with
+	 * neither a completion nor a requeue seen since (complete_not_seen, charged to the device
+	 * and op of the dispatch that lost it). Once I/O stops and every request has been reused,
+	 * size count = latency count + these two (issue 24); the host-wide event_counts keep
+	 * counting the same events for every device.
+	 */
+	__u64 latency_lost_inflight_full;
+	__u64 latency_lost_not_seen;
 };
 
 /* Indexes of the per-CPU event counter array: what the daemon reports as dropped or unmatched. */
@@ -145,7 +155,12 @@ struct mw_inflight {
 	__u64 rq; /* struct request pointer; 0 = free */
 	__u64 insert_ns;
 	__u64 issue_ns;
-	__u64 requeued; /* 1 between block_rq_requeue and the dispatch after it: already counted */
+	__u32 requeued; /* 1 between block_rq_requeue and the dispatch after it: already counted */
+	/* The device and op of the last dispatch (valid while issue_ns != 0): who a lost sample belongs to. */
+	__u32 op;
+	__u32 major;
+	__u32 minor;
+	__u64 diskseq;
 };
 
 /* Smallest k with 2^k >= v (0 for v <= 1). Branch-light so BPF and C++ share it. */
@@ -179,18 +194,18 @@ static __always_inline __u32 mw_hist_slot(__u64 v, __u32 min_shift, __u32 slots)
 #ifdef __cplusplus
 static_assert(sizeof(struct mw_dev_key) == 24, "mw_dev_key layout");
 static_assert(sizeof(struct mw_origin_key) == 32, "mw_origin_key layout");
-static_assert(sizeof(struct mw_inflight) == 32, "mw_inflight layout");
+static_assert(sizeof(struct mw_inflight) == 48, "mw_inflight layout");
 static_assert(sizeof(struct mw_origin_stats) == 48, "mw_origin_stats layout");
 static_assert(sizeof(struct mw_dev_stats) ==
-		      8 * (2 * (MW_SIZE_SLOTS + 1) + 2 * (MW_LAT_SLOTS + 1) + 5),
+		      8 * (2 * (MW_SIZE_SLOTS + 1) + 2 * (MW_LAT_SLOTS + 1) + 7),
 	      "mw_dev_stats has no padding");
 #else
 _Static_assert(sizeof(struct mw_dev_key) == 24, "mw_dev_key layout");
 _Static_assert(sizeof(struct mw_origin_key) == 32, "mw_origin_key layout");
-_Static_assert(sizeof(struct mw_inflight) == 32, "mw_inflight layout");
+_Static_assert(sizeof(struct mw_inflight) == 48, "mw_inflight layout");
 _Static_assert(sizeof(struct mw_origin_stats) == 48, "mw_origin_stats layout");
 _Static_assert(sizeof(struct mw_dev_stats) ==
-		       8 * (2 * (MW_SIZE_SLOTS + 1) + 2 * (MW_LAT_SLOTS + 1) + 5),
+		       8 * (2 * (MW_SIZE_SLOTS + 1) + 2 * (MW_LAT_SLOTS + 1) + 7),
 	       "mw_dev_stats has no padding");
 #endif
 

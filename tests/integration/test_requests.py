@@ -15,8 +15,9 @@ import json
 import os
 import re
 import subprocess
+import threading
 
-from conftest import baseline, fio, value
+from conftest import baseline, churn_tracepoint, fio, undone_dispatches, value
 
 pytestmark = pytest.mark.privileged
 
@@ -204,15 +205,56 @@ def test_latency_histogram_is_consistent(daemon, loop_device):
     assert mean <= fio_job["lat_ns"]["mean"] / 1e9, (mean, fio_job["lat_ns"])
 
 
-@pytest.mark.parametrize("scheduler", ["none", "mq-deadline"])
-@pytest.mark.parametrize("rw", ["randread", "read"])
-def test_every_request_is_timed_or_counted_untimed(daemon, loop_device, scheduler, rw):
-    """10 s of 4 KiB direct reads 64 deep (a few hundred thousand to 2 M requests), on each
-    tracepoint mode: once I/O stops, every request counted is timed or counted under a drop reason
-    (issue 24 found 35 of 5 M and 293 of 7.6 M untimed with every reason at 0: completions no
-    program ran for, now complete_not_seen; test_completion_not_seen.py checks that count itself)."""
-    dev = loop_device(size_mb=256)
-    dev.set_queue(scheduler=scheduler, nomerges=2)  # one request per 4 KiB read: the most requests
-    d = measure(daemon, dev, rw=rw, iodepth=64, batch=16, size_mb=256, extra=("--time_based", "--runtime=10"))
-    assert d["requests"] > 100000, d
-    assert_counts_agree_with_diskstats(d)
+LOST = "mergewatch_request_latency_lost_total"
+
+
+def test_every_request_is_timed_or_counted_untimed_on_every_mode_at_once(daemon_factory, loop_device):
+    """Issue 24's case list at once: 30 s of 4 KiB direct reads 64 deep, randread and sequential,
+    under none and mq-deadline (four loop devices, one fio job each, all running together), watched
+    by a tp_btf and a raw_tp daemon together, while a do-nothing program is attached to block_plug
+    and detached over and over (what makes this kernel skip the programs on block_rq_complete most:
+    mwtest.churn_tracepoint). Once I/O stops, for each (daemon, device), exactly: requests = latency
+    samples + samples lost by reason (per device) + dispatches the in-flight table still holds
+    uncompleted (a loss counted only when that request is next dispatched). Issue 24 found 35 of
+    5 M and 293 of 7.6 M untimed with every reason at 0. Not covered, as too rare to matter: two
+    CPUs claiming one free in-flight slot at once (see test_reliability's overflow test)."""
+    daemons = {mode: daemon_factory(f"--bpf.program-type={mode}") for mode in ("tp_btf", "raw_tp")}
+    devices = {}
+    for rw in ("randread", "read"):
+        for scheduler in ("none", "mq-deadline"):
+            dev = loop_device(size_mb=256)
+            dev.set_queue(scheduler=scheduler, nomerges=2)  # one request per 4 KiB read: the most requests
+            devices[(rw, scheduler)] = dev
+    stat_before = {case: dev.stat()[0] for case, dev in devices.items()}
+
+    stop = threading.Event()
+    churn_cycles = []
+    churner = threading.Thread(target=lambda: churn_cycles.append(churn_tracepoint("block_plug", stop)))
+    churner.start()
+    try:
+        cmd = ["fio", "--bs=4k", "--direct=1", "--ioengine=libaio", "--iodepth=64", "--iodepth_batch_submit=16",
+               "--iodepth_batch_complete_min=16", "--time_based", "--runtime=30", "--output=/dev/null"]
+        for (rw, scheduler), dev in devices.items():
+            cmd += [f"--name={rw}-{scheduler}", f"--filename={dev.path}", f"--rw={rw}"]
+        subprocess.run(cmd, check=True, timeout=300)
+    finally:
+        stop.set()
+        churner.join()
+    for dev in devices.values():  # I/O stopped: nothing in flight in the kernel
+        with open(f"/sys/block/{dev.name}/inflight") as f:
+            assert f.read().split() == ["0", "0"], dev.name
+
+    for mode, d in daemons.items():
+        s = d.scrape()
+        for case, dev in devices.items():
+            labels = dict(device=dev.name, op="read")
+            requests = value(s, SIZE + "_count", **labels)
+            timed = value(s, LATENCY + "_count", **labels)
+            full = value(s, LOST, reason="inflight_map_full", **labels)
+            not_seen = value(s, LOST, reason="complete_not_seen", **labels)
+            undone = undone_dispatches(d.proc.pid, dev.path)
+            print(f"{mode} {case}: {requests:.0f} requests, {timed:.0f} timed, lost: {full:.0f} inflight_map_full, "
+                  f"{not_seen:.0f} complete_not_seen, {undone} undone at the end ({churn_cycles[0]} block_plug attach cycles)")
+            assert requests == dev.stat()[0] - stat_before[case], (mode, case)
+            assert requests > 50000, (mode, case, requests)
+            assert requests == timed + full + not_seen + undone, (mode, case, requests, timed, full, not_seen, undone)

@@ -39,6 +39,11 @@ Snapshot IncidentSnapshot() {
   mw_dev_stats& nvme = snap.stats[{259, 0, 0}];
   AddRequests(&nvme, 4096, 16385, 300000);
   nvme.missed_merges = 16000;
+  // Four of its reads lost their latency sample: one found no in-flight slot, three had no completion seen.
+  nvme.latency_slots[mw_hist_slot(300000, MW_LAT_MIN_SHIFT, MW_LAT_SLOTS)] -= 4;
+  nvme.latency_sum_ns -= 4 * 300000;
+  nvme.latency_lost_inflight_full = 1;
+  nvme.latency_lost_not_seen = 3;
   mw_dev_stats& nvme_write = snap.stats[{259, 0, 1}];
   AddRequests(&nvme_write, 262144, 3, 2000000);
   nvme_write.back_merges = 189;
@@ -113,6 +118,23 @@ TEST(Exporter, OpsSharingALabelAreSummedAndRemovedDevicesDropped) {
   EXPECT_EQ(text.find("loop12"), std::string::npos);
   EXPECT_EQ(text.find("7:12"), std::string::npos);
   EXPECT_NE(text.find("mergewatch_unresolved_devices 1"), std::string::npos);
+}
+
+// Lost latency samples are per device, op and reason, and account for the gap between the two counts.
+TEST(Exporter, LostLatencySamplesAccountForTheGapPerDevice) {
+  Snapshot snap = IncidentSnapshot();
+  snap.stats[{259, 0, 5}].latency_lost_not_seen = 2;  // op="other" is summed over the raw ops it stands for
+  snap.stats[{259, 0, 7}].latency_lost_not_seen = 5;
+  const std::string text = Expose(snap);
+  for (const char* series : {
+           "mergewatch_request_size_bytes_count{device=\"nvme1n1\",op=\"read\"} 16385\n",
+           "mergewatch_request_latency_seconds_count{device=\"nvme1n1\",op=\"read\"} 16381\n",
+           "mergewatch_request_latency_lost_total{device=\"nvme1n1\",op=\"read\",reason=\"inflight_map_full\"} 1\n",
+           "mergewatch_request_latency_lost_total{device=\"nvme1n1\",op=\"read\",reason=\"complete_not_seen\"} 3\n",
+           "mergewatch_request_latency_lost_total{device=\"nvme1n1\",op=\"other\",reason=\"complete_not_seen\"} 7\n",
+           "mergewatch_request_latency_lost_total{device=\"nvme1n1\",op=\"write\",reason=\"complete_not_seen\"} 0\n"})
+    EXPECT_NE(text.find(series), std::string::npos) << series;
+  EXPECT_EQ(text.find("mergewatch_request_latency_lost_total{device=\"dm-3\""), std::string::npos);  // no requests
 }
 
 TEST(Exporter, BioBasedDevicesExportBioSizesOnly) {
