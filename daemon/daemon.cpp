@@ -204,11 +204,15 @@ void Tick(Sources& sources, DeviceNamer& namer, TopologyKeeper* topology, Collap
   }
   topology->RefreshFor(snapshot);
   if (sources.bpf) TraceBioLevelWhereNeeded(*topology->current(), sources.bpf.get());
+  sources.active->LearnPaths(snapshot, *topology->current());
   StaleKeys stale = FindStaleKeys(snapshot, *topology, namer);
   if (!stale.empty()) {
-    sources.active->Forget(stale);
+    const size_t moved = sources.active->ForgetKeepingHeads(stale, *topology->current());
     LogDebug("dropped the data of removed devices: " + std::to_string(stale.stats.size()) + " device keys, " +
              std::to_string(stale.origins.size()) + " origin keys");
+    if (moved > 0)
+      LogInfo("a multipath path disk went away: its " + std::to_string(moved) +
+              " device keys' counts stay under its head (the head's counters never go backwards)");
   }
   // While a disk shows the pattern, its onset line must name the queue settings of now,
   // not of the last periodic scan: rescan every tick until it is resolved.

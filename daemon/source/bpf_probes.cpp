@@ -112,14 +112,7 @@ Snapshot BpfProbes::Read() {
         if (bpf_map_lookup_elem(origin_fd, &okey, origin_per_cpu.data()) != 0) return;
         mw_origin_stats& total = snapshot.origins[OriginKey{okey.major, okey.minor, okey.origin_major,
                                                             okey.origin_minor, okey.op, okey.diskseq}];
-        for (const mw_origin_stats& cpu : origin_per_cpu) {
-          total.requests += cpu.requests;
-          total.missed_merges += cpu.missed_merges;
-          total.request_bytes += cpu.request_bytes;
-          total.missed_merge_runs += cpu.missed_merge_runs;
-          total.missed_merge_run_bytes += cpu.missed_merge_run_bytes;
-          total.merges += cpu.merges;
-        }
+        for (const mw_origin_stats& cpu : origin_per_cpu) AccumulateOrigin(cpu, &total);
       });
 
   int counts_fd = loaded_.event_counts_fd;

@@ -13,4 +13,13 @@ void AccumulateStats(const mw_dev_stats& from, mw_dev_stats* into) {
   for (size_t i = 0; i < kWords; ++i) dst[i] += src[i];
 }
 
+void AccumulateOrigin(const mw_origin_stats& from, mw_origin_stats* into) {
+  into->requests += from.requests;
+  into->missed_merges += from.missed_merges;
+  into->request_bytes += from.request_bytes;
+  into->missed_merge_runs += from.missed_merge_runs;
+  into->missed_merge_run_bytes += from.missed_merge_run_bytes;
+  into->merges += from.merges;
+}
+
 }  // namespace mergewatch

@@ -75,6 +75,7 @@ struct StaleKeys {
 
 // Adds every counter of `from` into `into` (per-CPU values, or ops that share a label).
 void AccumulateStats(const mw_dev_stats& from, mw_dev_stats* into);
+void AccumulateOrigin(const mw_origin_stats& from, mw_origin_stats* into);
 
 // Walks a BPF hash map's keys with `next_key(prev or nullptr, &next) -> bool` (the shape of
 // bpf_map_get_next_key) and calls `visit(key)` once per key. get_next_key restarts at the

@@ -74,7 +74,12 @@ std::shared_ptr<SnapshotSource> ActiveSource::Current() const {
 }
 
 Snapshot ActiveSource::Read() {
-  Snapshot snapshot = Current()->Read();
+  Snapshot snapshot;
+  {
+    std::lock_guard<std::mutex> io(io_mutex_);
+    snapshot = Current()->Read();
+    departed_.AddTo(&snapshot);
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   programs_ = snapshot.programs;
   return snapshot;
@@ -109,11 +114,30 @@ SourceStatus WithProgramEvidence(SourceStatus status, const std::vector<ProgramS
   return status;
 }
 
-void ActiveSource::Forget(const StaleKeys& keys) { Current()->Forget(keys); }
+void ActiveSource::Forget(const StaleKeys& keys) {
+  std::lock_guard<std::mutex> io(io_mutex_);
+  Current()->Forget(keys);
+}
+
+void ActiveSource::LearnPaths(const Snapshot& snapshot, const Topology& topology) {
+  std::lock_guard<std::mutex> io(io_mutex_);
+  departed_.Learn(snapshot, topology);
+}
+
+size_t ActiveSource::ForgetKeepingHeads(const StaleKeys& keys, const Topology& topology) {
+  std::lock_guard<std::mutex> io(io_mutex_);
+  const std::shared_ptr<SnapshotSource> source = Current();
+  // The values as the keys are deleted: a path disk that is gone counts nothing more meanwhile.
+  const size_t moved = departed_.Retire(keys, source->Read(), topology);
+  source->Forget(keys);
+  return moved;
+}
 
 void ActiveSource::Switch(std::shared_ptr<SnapshotSource> source, SourceStatus status) {
   std::shared_ptr<SnapshotSource> old;
   {
+    std::lock_guard<std::mutex> io(io_mutex_);
+    departed_.Clear();  // the new source's counters start afresh
     std::lock_guard<std::mutex> lock(mutex_);
     old = std::move(source_);
     source_ = std::move(source);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "source/bpf_loader.h"
+#include "source/departed_paths.h"
 #include "source/snapshot.h"
 
 namespace mergewatch {
@@ -59,12 +60,20 @@ bool BpfFailureCanPass(ProbeError kind, const std::string& message);
 std::string LockdownMode(const std::string& sysfs_root);
 
 // The source the daemon reads now. Read/Forget go to the current one; Switch replaces it (the
-// BPF retry succeeded) while scrapes run. Thread-safe.
+// BPF retry succeeded) while scrapes run. Thread-safe. A multipath head's counters never go
+// backwards while it lives: what a departed path disk counted stays under the head's key
+// (DepartedPaths), added to every Read.
 class ActiveSource final : public SnapshotSource {
  public:
   ActiveSource(std::shared_ptr<SnapshotSource> source, SourceStatus status);
   Snapshot Read() override;
   void Forget(const StaleKeys& keys) override;
+  // Which head each path disk in `snapshot` counts under, while `topology` shows the path.
+  void LearnPaths(const Snapshot& snapshot, const Topology& topology);
+  // Forget, keeping what the stale keys of a departed path disk counted under its head (if
+  // `topology` still shows the head). Read and delete are one step against concurrent Reads, so
+  // no scrape sees the head without its departed path's counts. Returns how many keys moved.
+  size_t ForgetKeepingHeads(const StaleKeys& keys, const Topology& topology);
   void Switch(std::shared_ptr<SnapshotSource> source, SourceStatus status);
   void SetStatus(SourceStatus status);  // the same source, a new reason
   SourceStatus status() const;
@@ -74,6 +83,10 @@ class ActiveSource final : public SnapshotSource {
  private:
   std::shared_ptr<SnapshotSource> Current() const;
   mutable std::mutex mutex_;
+  // Held over a source's read plus the carry added to it, and over a forget plus the carry
+  // taken from it (taken before mutex_).
+  std::mutex io_mutex_;
+  DepartedPaths departed_;
   std::shared_ptr<SnapshotSource> source_;
   SourceStatus status_;
   std::vector<ProgramStatus> programs_;  // of the last Read()

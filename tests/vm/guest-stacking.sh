@@ -15,6 +15,7 @@
 #      pieces by its chunks and spread over both disks, so each task's plug holds requests of two
 #      queues (A0 B0 A1 ...). nomerges=0: quiet; nomerges=2: collapse{device=each disk,
 #      upper=the snapshot}; counts of bounded reads against /sys/block/X/stat at both.
+#   4. With run-vm.sh --multipath: guest-multipath.sh (a path controller removed while its head lives).
 # Destroys vg0 and the PV on nvme0n1 (the scenario is done with them).
 # Output in $MW_OUT/stacking/: results.txt (key=value), *.prom scrapes, daemon-{dm,any}.log.
 set -euo pipefail
@@ -255,3 +256,10 @@ if [ "${MW_NVME_DISKS:-0}" -ge 2 ]; then
 fi
 res done 1
 log "done"
+
+# ---------------------------------------------------------------- 4. a multipath path deleted (last: one path stays)
+# run-vm.sh --multipath: the head's counters across a path controller's removal (guest-multipath.sh).
+if [ "${MW_MULTIPATH:-0}" = 1 ]; then
+	"$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/guest-multipath.sh" ||
+		log "multipath deletion checks failed: see mpdelete/results.txt"
+fi
