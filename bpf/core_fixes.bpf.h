@@ -113,7 +113,8 @@ static __always_inline __u32 MW_FN(mw_bio_disk_devt)(struct bio *bio)
  * with its own minors. For an NVMe partition on Debian 11's 5.10 it named another disk, so
  * blk_partition_remap()'s block_bio_remap (traced while bi_partno is still set) was not seen
  * as the partition's hop: the partition became the chain's origin and the dm device above it
- * was lost (the 8 KiB-chunk snapshot on nvme1n1p1 no longer paged: collapse {"": 0}).
+ * was lost (the 8 KiB-chunk snapshot on nvme1n1p1 did not page, collapse {"": 0}, whenever the
+ * partition's number was not the disk's next minor: that depends on the order the disks probed).
  * On v5.11 (bi_disk without hd_struct) first_minor + bi_partno stays: a miss there only loses
  * the origin of a partition's chain.
  */
