@@ -99,7 +99,7 @@ help:
 	@echo '  make test-fuzz       libFuzzer on the sysfs topology reader, 30 s (FUZZ_TIME=); clang++, $(BUILD)/fuzz/'
 	@echo '  make test-privileged tests on real tracepoints and loop devices (root); builds an ASan daemon too'
 	@echo '  make test-deploy     systemd unit (verify, security, sandbox), Prometheus rules, alert path end to end'
-	@echo '  make test-vm         qemu VM, Debian 6.1 (root): the 2019 incident (NVMe, LVM snapshot), the unit under systemd, the .deb (built first) installed and purged with apt; the incident, partition, multipath and loader cases also on Debian 11'"'"'s 5.10 (MW_VM_KERNELS="6.1": no 5.10 boot; MW_VM_KERNELS="6.12": Debian 13'"'"'s 6.12, not in the default, tests/vm/vmtest.py says why)'
+	@echo '  make test-vm         qemu VM, Debian 6.1 (root): the 2019 incident (NVMe, LVM snapshot), the unit under systemd, the .deb (built first) installed and purged with apt; the incident, partition, multipath, single-disk stacking and loader cases also on Debian 11'"'"'s 5.10 and Debian 13'"'"'s 6.12, one boot each (MW_VM_KERNELS="6.1": only 6.1)'
 	@echo '  make bench           overhead next to bpftrace and biolatency (BENCH_QUICK=1, BENCH_SECONDS=, BENCH_REPEATS=); see BENCHMARKS.md'
 	@echo '  make install         install to $$(DESTDIR)$$(PREFIX) (PREFIX=$(PREFIX))'
 	@echo '  make uninstall       remove what install put there'

@@ -30,6 +30,25 @@ struct bio___with_bi_disk {
 } __attribute__((preserve_access_index));
 
 /*
+ * Before v5.11 a partition was a struct hd_struct in the disk's part_tbl, indexed by bi_partno, its dev_t
+ * in __dev.devt (part_devt()); v5.11 merged it into struct block_device, commit 0d02129e76ed ("block:
+ * merge struct block_device and struct hd_struct"). Read where first_minor + bi_partno is not the
+ * partition's number: extended dev_t disks (NVMe, GENHD_FL_EXT_DEVT) number their partitions from the
+ * shared major 259 pool, so nvme1n1p1 is 259:3 beside nvme1n1 at 259:1.
+ */
+struct hd_struct___old {
+	struct device __dev;
+} __attribute__((preserve_access_index));
+
+struct disk_part_tbl___old {
+	struct hd_struct___old *part[0];
+} __attribute__((preserve_access_index));
+
+struct gendisk___with_part_tbl {
+	struct disk_part_tbl___old *part_tbl;
+} __attribute__((preserve_access_index));
+
+/*
  * v5.15 numbers every disk ever created (gendisk->diskseq), so a re-created device that
  * got an old major:minor can be told apart; 0 on older kernels.
  * commit 87eb71078bb5 ("block: add a sequence number to disks")
@@ -88,18 +107,38 @@ static __always_inline __u32 MW_FN(mw_bio_disk_devt)(struct bio *bio)
 }
 
 /*
- * The dev_t of the partition (or whole disk) a bio is addressed to. Before v5.12,
- * first_minor + bi_partno (extended dev_t partitions had other numbers; a miss there only
- * loses the origin of a partition's chain).
+ * The dev_t of the partition (or whole disk) a bio is addressed to. Since v5.12 the bio's
+ * bi_bdev (commit 309dca309fc3). Before, the disk's partition table entry bi_partno
+ * (hd_struct, before v5.11; see above): first_minor + bi_partno is that number only for a disk
+ * with its own minors. For an NVMe partition on Debian 11's 5.10 it named another disk, so
+ * blk_partition_remap()'s block_bio_remap (traced while bi_partno is still set) was not seen
+ * as the partition's hop: the partition became the chain's origin and the dm device above it
+ * was lost (the 8 KiB-chunk snapshot on nvme1n1p1 did not page, collapse {"": 0}, whenever the
+ * partition's number was not the disk's next minor: that depends on the order the disks probed).
+ * On v5.11 (bi_disk without hd_struct) first_minor + bi_partno stays: a miss there only loses
+ * the origin of a partition's chain.
  */
 static __always_inline __u32 MW_FN(mw_bio_partition_devt)(struct bio *bio)
 {
 	struct bio___with_bi_disk *old = (void *)bio;
+	struct gendisk___with_part_tbl *disk;
+	struct disk_part_tbl___old *tbl;
+	struct hd_struct___old *part = NULL;
+	__u32 partno;
 
-	if (bpf_core_field_exists(old->bi_disk))
-		return MW_MKDEV(MW_READ(old, bi_disk, major),
-				MW_READ(old, bi_disk, first_minor) + MW_READ(old, bi_partno));
-	return MW_READ(bio, bi_bdev, bd_dev);
+	if (!bpf_core_field_exists(old->bi_disk))
+		return MW_READ(bio, bi_bdev, bd_dev);
+	partno = MW_READ(old, bi_partno);
+	if (partno != 0 && bpf_core_type_exists(struct hd_struct___old)) {
+		disk = (void *)MW_READ(old, bi_disk);
+		tbl = BPF_CORE_READ(disk, part_tbl);
+		/* part[partno], a flexible array: its offset relocated, the index added by hand. */
+		if (tbl && bpf_probe_read_kernel(&part, sizeof(part), (void *)tbl + bpf_core_field_offset(tbl->part) +
+									     partno * sizeof(part)) == 0 && part)
+			return BPF_CORE_READ(part, __dev.devt);
+		return 0;
+	}
+	return MW_MKDEV(MW_READ(old, bi_disk, major), MW_READ(old, bi_disk, first_minor) + partno);
 }
 
 static __always_inline __u64 MW_FN(mw_disk_seq)(struct gendisk *disk)

@@ -491,6 +491,9 @@ static __always_inline int MW_FN(handle_bio_queue)(struct bio *bio)
  * bi_partno put the chain under the partition, where block_getrq (bi_partno 0 by then)
  * never found it. v5.12 keeps the partition in bio->bi_bdev (commit 309dca309fc3,
  * "block: store a block_device pointer in struct bio"); the whole disk is right for both.
+ * Telling the partition hop from a stacking hop needs the partition's own dev_t, which
+ * mw_bio_partition_devt() reads from the disk's partition table before v5.11 (an NVMe
+ * partition's number is not first_minor + bi_partno: core_fixes.bpf.h).
  */
 static __always_inline int MW_FN(handle_bio_remap)(struct bio *bio, __u32 from_devt, __u64 from_sector)
 {

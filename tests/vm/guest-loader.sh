@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # Guest script (run-vm.sh --script): the loader cases on whatever kernel the guest booted.
 # Each case starts mergewatchd (MW_DAEMON) with its own flags, waits for READY or its exit,
-# reads 256 x 4 KiB with O_DIRECT from nvme0n1 and compares the daemon's request count with
-# /sys/block/nvme0n1/stat. Results: $MW_OUT/loader-results.txt (key=value lines, read by
+# reads 256 x 4 KiB with O_DIRECT from the NVMe disk with serial mw0001 (MW_DISK from guest-scenario.sh,
+# else found by serial) and compares the daemon's request count with its /sys/block/X/stat. Results: $MW_OUT/loader-results.txt (key=value lines, read by
 # tests/vm/test_vm_kernels.py) and loader-<case>.{log,before.prom,after.prom,xlated}.
 #   auto      default flags: the program type and variants the loader picks
 #   raw_tp    --bpf.program-type=raw_tp: the raw_tp set with its per-layout variants
@@ -32,12 +32,24 @@ put kernel "$(uname -r)"
 put lockdown "$(cat /sys/kernel/security/lockdown 2>/dev/null || echo absent)"
 put btf_vmlinux "$([ -s /sys/kernel/btf/vmlinux ] && echo present || echo absent)"
 modprobe nvme
-for _ in $(seq 150); do [ -b /dev/nvme0n1 ] && break; sleep 0.2; done
-[ -b /dev/nvme0n1 ] || { log "FAIL: no /dev/nvme0n1"; exit 1; }
+# The disk by its serial, never by name: NVMe controllers probe asynchronously (6.12).
+disk_by_serial() {
+	local d serial
+	for d in /sys/block/nvme*; do
+		[ -e "$d/dev" ] && [ -r "$d/device/serial" ] || continue
+		read -r serial < "$d/device/serial"
+		[ "$serial" = "$1" ] && { echo "${d##*/}"; return 0; }
+	done
+	return 1
+}
+DISK=${MW_DISK:-}
+for _ in $(seq 150); do [ -n "$DISK" ] || DISK=$(disk_by_serial mw0001) || true; [ -n "$DISK" ] && [ -b "/dev/$DISK" ] && break; sleep 0.2; done
+[ -n "$DISK" ] && [ -b "/dev/$DISK" ] || { log "FAIL: no NVMe disk with serial mw0001"; exit 1; }
+put disk "$DISK"
 
-reads() { awk '{ print $1 }' /sys/block/nvme0n1/stat; }
-metric_reads() {  # the daemon's completed read requests of nvme0n1 in a scrape
-	awk '/^mergewatch_request_size_bytes_count\{/ && /device="nvme0n1"/ && /op="read"/ { s += $NF } END { printf "%d\n", s }' "$1"
+reads() { awk '{ print $1 }' "/sys/block/$DISK/stat"; }
+metric_reads() {  # the daemon's completed read requests of the disk in a scrape
+	awk -v dev="device=\"$DISK\"" '/^mergewatch_request_size_bytes_count\{/ && index($0, dev) && /op="read"/ { s += $NF } END { printf "%d\n", s }' "$1"
 }
 
 # run_case NAME EXPECT(ready|exit) ARGS...
@@ -81,7 +93,7 @@ run_case() {
 	local s0 s1 m0 m1
 	curl -fsS --max-time 20 -o "$OUT/loader-$name.before.prom" "$URL" || log "scrape failed"
 	s0=$(reads)
-	dd if=/dev/nvme0n1 of=/dev/null bs=4k count=256 skip=$((RANDOM % 1000 * 256)) iflag=direct 2> /dev/null
+	dd if="/dev/$DISK" of=/dev/null bs=4k count=256 skip=$((RANDOM % 1000 * 256)) iflag=direct 2> /dev/null
 	s1=$(reads)
 	sleep 1
 	curl -fsS --max-time 20 -o "$OUT/loader-$name.after.prom" "$URL" || log "scrape failed"

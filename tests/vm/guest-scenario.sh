@@ -1,12 +1,12 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
 # Guest side of the VM test: the 2019 "LVM snapshot on NVMe, nomerges=2" incident.
-# Run by guest-init.sh inside the VM (never on the host: it pvcreates /dev/nvme0n1).
+# Run by guest-init.sh inside the VM (never on the host: it pvcreates the NVMe disk with serial mw0001).
 #
-# Builds: nvme0n1 -> PV -> VG vg0 -> LV origin (ext4, 4 KiB blocks, one file
-# of MW_FILE_MB MiB per case) -> snapshot LV snap (default 4 KiB chunk),
+# Builds: the disk with serial mw0001 (DISK: results.txt names it, disk=nvmeXn1) -> PV -> VG vg0
+# -> LV origin (ext4, 4 KiB blocks, one file of MW_FILE_MB MiB per case) -> snapshot LV snap (default 4 KiB chunk),
 # snap mounted ro on /mnt/snap, origin mounted ro on /mnt/origin.
-# Then, per case: set nvme0n1 nomerges, drop caches, read, and record
+# Then, per case: set the disk's nomerges, drop caches, read, and record
 #   case-<name>.stat.before/.after  every /sys/block/*/stat (name maj:min fields...)
 #   case-<name>.diskstats           per-device read/write deltas
 #   case-<name>.topology.txt        dm names, maj:min, slaves/holders, dm tables
@@ -18,7 +18,7 @@
 # Environment (from /vmout/guest.env, written by run-vm.sh):
 #   MW_OUT            output dir (9p share to the host), default /vmout
 #   MW_CASES          space-separated name:nomerges:kind:mount[:scheduler], kind seq|rand,
-#                     mount snap|origin, scheduler of nvme0n1 (default none)
+#                     mount snap|origin, scheduler of the disk (default none)
 #   MW_FILE_MB        size of each file on vg0 (64)
 #   MW_EXTRA_FILE_MB  size of each file on vg1/vg2 (32)
 #   MW_READER         seq reader: cat (default, like the incident) or dd (bs=1M)
@@ -38,7 +38,7 @@
 #   With both, the default cases add snap8/snap16 (nomerges 2 and 0), mp-nm2 (nomerges=2 on
 #   both path disks) and requeue (scsi_debug reporting host busy every 7th command, so the
 #   block layer requeues; direct 16 KiB reads of the scsi_debug disk).
-# Case mounts: snap origin (vg0 on nvme0n1), snap8 snap16 (vg2 on the partition),
+# Case mounts: snap origin (vg0 on the disk), snap8 snap16 (vg2 on the partition),
 # mpsnap (vg1 on the multipath head), sdebug (the scsi_debug disk itself, kind direct);
 # "a+b" reads the case's file from mount a, then from mount b (same disk).
 set -euo pipefail
@@ -67,7 +67,7 @@ READY_TIMEOUT=${MW_DAEMON_READY_TIMEOUT:-60}
 DETECT_WAIT=${MW_DETECT_WAIT:-12}
 BPFTRACE=${MW_BPFTRACE:-0}
 IO_TIMEOUT=${MW_IO_TIMEOUT:-120}
-DISK=nvme0n1
+DISK=	# the scenario's disk, serial mw0001: found by serial once the NVMe driver is loaded
 VG=vg0
 
 [ -n "$DAEMON" ] || DETECT_WAIT=0
@@ -252,7 +252,21 @@ kill "$lo_pid"; wait "$lo_pid" 2>/dev/null || true
 grep -q loopback-ok /tmp/lo-check/got || die "loopback HTTP returned the wrong body"
 log "loopback ok (curl -> busybox httpd on 127.0.0.1)"
 
+# The disk (whole, visible) whose controller or subsystem reports this serial. Never a name: the
+# controllers probe asynchronously (6.12), so nvme0n1 may be any of the guest's NVMe disks.
+disk_by_serial() {
+	local d serial
+	for d in /sys/block/nvme*; do
+		[ -e "$d/dev" ] && [ -r "$d/device/serial" ] || continue
+		read -r serial < "$d/device/serial"
+		[ "$serial" = "$1" ] && { echo "${d##*/}"; return 0; }
+	done
+	return 1
+}
+
 modprobe -a nvme dm-mod dm-snapshot ext4
+wait_for 30 "the NVMe disk with serial mw0001" disk_by_serial mw0001 > /dev/null || die "no NVMe disk with serial mw0001"
+DISK=$(disk_by_serial mw0001)
 wait_for 30 "/dev/$DISK" test -b /dev/$DISK || die "no /dev/$DISK"
 log "modules loaded: $(lsmod | awk 'NR > 1 && $1 ~ /^(nvme|dm_mod|dm_snapshot|ext4)$/ { printf "%s ", $1 }')"
 
@@ -291,18 +305,6 @@ mount -o ro /dev/$VG/origin /mnt/origin
 log "snapshot $VG/snap (chunk $chunk sectors) on /mnt/snap, origin on /mnt/origin, both ro"
 
 # ------------------------------------------------------------------ more stacks
-# The disk (whole, visible) whose controller or subsystem reports this serial.
-disk_by_serial() {
-	local d serial
-	for d in /sys/block/nvme*; do
-		[ -e "$d/dev" ] && [ -r "$d/device/serial" ] || continue
-		read -r serial < "$d/device/serial"
-		[ "$serial" = "$1" ] && { echo "${d##*/}"; return 0; }
-	done
-	return 1
-}
-read -r serial0 < /sys/block/$DISK/device/serial
-[ "$serial0" = mw0001 ] || die "$DISK has serial '$serial0', expected mw0001 (the scenario's disk)"
 
 # vg_with_snapshots VG PV MOUNTS: an origin LV with one file per case reading from any of
 # MOUNTS (a snapshot per mount "snapN" with N KiB chunks, "mpsnap" with the default 4 KiB).
@@ -376,6 +378,8 @@ if [[ " $CASES " == *:sdebug* ]]; then
 fi
 printf 'disk=%s part_disk=%s mp_head=%s mp_paths=%s sd_disk=%s\n' "$DISK" "$PART_DISK" "$MP_HEAD" \
 	"${MP_PATHS// /,}" "$SD_DISK" > "$OUT/disks.txt"
+# The same names in results.txt, one key a line (vmtest.disks() reads them: the tests never assume a name).
+tr ' ' '\n' < "$OUT/disks.txt" >> "$OUT/results.txt"
 
 # The queues whose nomerges/scheduler a case sets: where its requests are made.
 queues_of() {
@@ -479,8 +483,10 @@ done
 for m in snap8 snap16 mpsnap; do mountpoint -q /mnt/$m && umount /mnt/$m; done
 echo 0 > /sys/block/$DISK/queue/nomerges
 umount /mnt/snap /mnt/origin
+export MW_DISK=$DISK	# guest-stacking.sh and guest-loader.sh use the scenario's disk
 [ -z "$DAEMON" ] || [ "${MW_STACKING:-1}" = 0 ] || "$HERE/guest-stacking.sh" || log "stacking checks failed: see stacking/results.txt"
-[ -z "$DAEMON" ] || [ "${MW_STACKING:-1}" = 0 ] || "$HERE/guest-findings.sh" || log "queue findings checks failed: see findings/results.txt"
+# The queue findings need the rotational disks (run-vm.sh --rotational-disks 2: the 6.1 boot only).
+[ -z "$DAEMON" ] || [ "${MW_STACKING:-1}" = 0 ] || [ "${MW_ROTATIONAL_DISKS:-0}" -lt 2 ] || "$HERE/guest-findings.sh" || log "queue findings checks failed: see findings/results.txt"
 # run-vm.sh --loader-cases: the loader cases in the same boot (one boot per kernel).
 [ -z "$DAEMON" ] || [ "${MW_LOADER_CASES:-0}" != 1 ] || "$HERE/guest-loader.sh" ||
 	log "loader cases failed: see loader-results.txt"

@@ -5,7 +5,7 @@
 #   1. block_bio_queue is attached only while a dm/md device is stacked on a disk, re-decided at
 #      each rescan: two daemons start with no dm device active, an LV is created after they
 #      started (attached 0 -> 1), read through, and removed (-> 0).
-#   2. --collapse.require-upper=any with md: a RAID0 (4 KiB chunks) on nvme0n1 splits each
+#   2. --collapse.require-upper=any with md: a RAID0 (4 KiB chunks) on the disk splits each
 #      readahead bio into 4 KiB pieces (the 2019 pattern, md instead of dm-snapshot); with nomerges=2 the
 #      daemon with require-upper=any raises collapse{upper=md0}, the one with the default (dm)
 #      does not.
@@ -15,15 +15,15 @@
 #      pieces by its chunks and spread over both disks, so each task's plug holds requests of two
 #      queues (A0 B0 A1 ...). nomerges=0: quiet; nomerges=2: collapse{device=each disk,
 #      upper=the snapshot}; counts of bounded reads against /sys/block/X/stat at both.
-#   4. With run-vm.sh --multipath: guest-multipath.sh (a path controller removed while its head lives).
-# Destroys vg0 and the PV on nvme0n1 (the scenario is done with them).
+#   4. With run-vm.sh --multipath --path-removal: guest-multipath.sh (a path controller removed while its head lives).
+# Destroys vg0 and the PV on the scenario's disk (MW_DISK; the scenario is done with them).
 # Output in $MW_OUT/stacking/: results.txt (key=value), *.prom scrapes, daemon-{dm,any}.log.
 set -euo pipefail
 
 DAEMON=${MW_DAEMON:-}
 [ -n "$DAEMON" ] || exit 0   # diskstats-only runs have no daemon to check
 OUT=${MW_OUT:-/vmout}/stacking
-DISK=nvme0n1
+DISK=${MW_DISK:?MW_DISK: guest-scenario.sh names its disk (serial mw0001)}
 VG=vg0
 mkdir -p "$OUT"
 : > "$OUT/results.txt"
@@ -232,7 +232,7 @@ log "md0 (raid0, 4 KiB chunks) on $DISK, nomerges=2: buffered reads (readahead b
 # Through the page cache as the incident's cat: readahead sends large bios, each a fresh region.
 ( for i in $(seq 0 31); do dd if=/dev/md0 of=/dev/null bs=1M count=32 skip=$((i * 32)) status=none; done ) &
 reader=$!
-t=$(wait_series 19872 'mergewatch_merge_collapse{device="nvme0n1",upper="md0"}' 1 40) ||
+t=$(wait_series 19872 "mergewatch_merge_collapse{device=\"$DISK\",upper=\"md0\"}" 1 40) ||
 	{ curl -fsS "$(url 19872)" | grep collapse > "$OUT/md-any-timeout.prom" || true; die "no collapse with md0 ($t)"; }
 res md_any_raised_seconds "$t"
 curl -fsS --max-time 10 -o "$OUT/md-any.prom" "$(url 19872)"
@@ -258,8 +258,9 @@ res done 1
 log "done"
 
 # ---------------------------------------------------------------- 4. a multipath path deleted (last: one path stays)
-# run-vm.sh --multipath: the head's counters across a path controller's removal (guest-multipath.sh).
-if [ "${MW_MULTIPATH:-0}" = 1 ]; then
+# run-vm.sh --multipath --path-removal: the head's counters across a path controller's removal
+# (guest-multipath.sh; the 6.1 boot only, as test_vm_multipath.py reads it there).
+if [ "${MW_MULTIPATH:-0}" = 1 ] && [ "${MW_PATH_REMOVAL:-0}" = 1 ]; then
 	"$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/guest-multipath.sh" ||
 		log "multipath deletion checks failed: see mpdelete/results.txt"
 fi

@@ -23,6 +23,8 @@
 #     --multipath          also give the guest a native-multipath NVMe namespace: one
 #                          subsystem (nqn mwsubsys1) with two controllers sharing namespace 1
 #                          (the guest shows a head nvmeXnY and path disks nvmeXc*nY)
+#     --path-removal       with --multipath: at the end of guest-stacking.sh, remove one path's controller
+#                          while the head lives (guest-multipath.sh; test_vm_multipath.py, 6.1 boot)
 #     --part-disk          also give the guest a second single-path NVMe disk (serial mwpart01)
 #                          that the scenario partitions, for LVM on a partition
 #     --nvme-disks N       also give the guest N more single-path NVMe disks (serials
@@ -83,6 +85,7 @@ timeout_s=${MW_VM_TIMEOUT:-}
 smp=${MW_VM_SMP:-2}
 mem=${MW_VM_MEM:-2048}
 multipath=${MW_VM_MULTIPATH:-0}
+path_removal=0
 part_disk=${MW_VM_PART_DISK:-0}
 rotational_disks=${MW_VM_ROTATIONAL_DISKS:-0}
 nvme_disks=${MW_VM_NVME_DISKS:-0}
@@ -112,6 +115,7 @@ while [ $# -gt 0 ]; do
 	--smp) smp=$2; shift 2 ;;
 	--mem) mem=$2; shift 2 ;;
 	--multipath) multipath=1; shift ;;
+	--path-removal) path_removal=1; shift ;;
 	--part-disk) part_disk=1; shift ;;
 	--rotational-disks) rotational_disks=$2; shift 2 ;;
 	--nvme-disks) nvme_disks=$2; shift 2 ;;
@@ -194,8 +198,10 @@ touch "$out/.mw-vm-run"
 	printf 'MW_BPFTRACE=%q\n' "$bpftrace"
 	printf 'MW_PACKAGE=%q\n' "$package"
 	printf 'MW_MULTIPATH=%q\n' "$multipath"
+	printf 'MW_PATH_REMOVAL=%q\n' "$path_removal"
 	printf 'MW_PART_DISK=%q\n' "$part_disk"
 	printf 'MW_NVME_DISKS=%q\n' "$nvme_disks"
+	printf 'MW_ROTATIONAL_DISKS=%q\n' "$rotational_disks"
 	printf 'MW_STACKING=%q\n' "$stacking"
 	printf 'MW_LOADER_CASES=%q\n' "$loader_cases"
 } > "$out/guest.env"

@@ -26,7 +26,7 @@ LISTEN = "127.0.0.1:9863"
 DAEMON_ARGS = f"--web.listen-address={LISTEN} --log.level=debug"
 CAP_BPF_PERFMON = "000000c000000000"  # CAP_PERFMON (38) | CAP_BPF (39)
 PRIORITY = {"debug": "7", "info": "6", "warn": "4", "error": "3"}
-DISK = "nvme0n1"
+DISK = "nvme0n1"  # the boot's only NVMe disk (one controller, serial mw0001): no other name is possible
 
 
 def diag(run):

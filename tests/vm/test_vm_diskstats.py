@@ -11,19 +11,22 @@ import re
 
 import pytest
 
-from vmtest import DAEMON, VMDIR, RunDir, boot, find, get
+from vmtest import DAEMON, VMDIR, RunDir, boot, disks, find, get
 
 RUN = RunDir(os.path.join(VMDIR, "test-run-diskstats"))
-DISK = "nvme0n1"
+DISK = None  # the scenario's disk, found by its serial in the guest (vmtest.disks): set by lockdown_run
 CASES = ["snap-nm2:2:seq:snap", "snap-nm0:0:seq:snap", "origin-nm2:2:seq:origin",
          "nocap-snap-nm2:2:seq:snap", "nocap-snap-nm0:0:seq:snap", "nocap-origin-nm2:2:seq:origin"]
 
 
 @pytest.fixture(scope="module")
 def lockdown_run():
-    return boot(RUN, "--daemon", DAEMON, "--daemon-args", "--web.listen-address=127.0.0.1:9863",
-                "--metrics-url", "http://127.0.0.1:9863/metrics", "--append", "lockdown=confidentiality",
-                "--cases", " ".join(CASES), "--no-stacking", "--loader-cases", timeout=1500)
+    global DISK
+    out = boot(RUN, "--daemon", DAEMON, "--daemon-args", "--web.listen-address=127.0.0.1:9863",
+               "--metrics-url", "http://127.0.0.1:9863/metrics", "--append", "lockdown=confidentiality",
+               "--cases", " ".join(CASES), "--no-stacking", "--loader-cases", timeout=1500)
+    DISK = disks(RUN)["disk"]
+    return out
 
 
 class Case:

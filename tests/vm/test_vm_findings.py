@@ -7,7 +7,7 @@ over two emulated 7200 rpm disks (scsi-hd, rotation_rate=7200) on a single-queue
 (run-vm.sh --rotational-disks 2)."""
 import pytest
 
-from vmtest import SCENARIO, RunDir, scenario_boot, value
+from vmtest import SCENARIO, RunDir, disks, scenario_boot, value
 
 FINDINGS = RunDir(SCENARIO.file("findings"))
 
@@ -49,10 +49,11 @@ def test_none_on_both_members_names_both_and_mq_deadline_clears_them(res):
 
 def test_default_nvme_disk_and_the_md_device_have_no_finding_and_classes_are_right(res):
     a, _ = res["members"].split(",")
+    disk = disks(SCENARIO)["disk"]  # the scenario's NVMe disk, by its serial
     s = FINDINGS.samples("none.prom")
     named = {dict(k[1])["device"] for k in s if k[0] == "mergewatch_queue_config_finding"}
-    assert "nvme0n1" not in named and "md1" not in named, named
-    assert value(s, "mergewatch_device_class_info", device="nvme0n1", **{"class": "nvme"}) == 1
+    assert disk not in named and "md1" not in named, named
+    assert value(s, "mergewatch_device_class_info", device=disk, **{"class": "nvme"}) == 1
     assert value(s, "mergewatch_device_class_info", device=a, **{"class": "rotational"}) == 1
     assert value(s, "mergewatch_queue_schedulers_available", device=a) >= 1
     assert not [k for k in s if k[0] == "mergewatch_device_class_info" and dict(k[1])["device"] == "md1"]

@@ -7,13 +7,13 @@ boot. On 5.10 the boot also plays the incident with the daemon stripped of its B
 tests/vm/guest-loader.sh writes loader-results.txt: per case (auto, raw_tp, hidden, pathbtf) the
 daemon's exit or READY, the program type and the programs it holds (by id from its fdinfo), the task
 helper their translated code calls, and its read count of 256 O_DIRECT 4 KiB reads against
-/sys/block/nvme0n1/stat.
+the disk's /sys/block/X/stat (the NVMe disk with serial mw0001, named in loader-results.txt: disk=).
 """
 import re
 
 import pytest
 
-from vmtest import KERNELS, SCENARIOS, find, scenario_boot
+from vmtest import KERNELS, SCENARIOS, RunDir, disks, find, get, scenario_boot, value
 
 NEW_KERNELS = [k for k in KERNELS if k != "6.1"]
 TRACEPOINTS = {"rq_insert": "block_rq_insert", "rq_issue": "block_rq_issue", "rq_requeue": "block_rq_requeue",
@@ -110,35 +110,84 @@ def run_5_10():
 def nocap_case(run, name):
     """The settled scrape and log of a nocap-* case (guest-scenario.sh: setpriv strips CAP_BPF, CAP_PERFMON and
     CAP_SYS_ADMIN from the daemon's bounding and inheritable sets)."""
-    p = f"case-{name}"
+    p, disk = f"case-{name}", disks(run)["disk"]
     settled = run.samples(f"{p}.settled.prom") if run.exists(f"{p}.settled.prom") else run.samples(f"{p}.after.prom")
     (source,) = find(settled, "mergewatch_detection_info").keys()
-    collapse = {dict(k)["upper"]: v for k, v in find(settled, "mergewatch_merge_collapse", device="nvme0n1").items()}
+    collapse = {dict(k)["upper"]: v for k, v in find(settled, "mergewatch_merge_collapse", device=disk).items()}
     reads = 0
     for line in run.read(f"{p}.diskstats").splitlines():
         fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
-        if fields["dev"] == "nvme0n1":
+        if fields["dev"] == disk:
             reads = int(fields["reads"])
-    return dict(source), collapse, run.read(f"{p}.daemon.log"), settled, reads
+    return dict(source), collapse, run.read(f"{p}.daemon.log"), settled, reads, disk
 
 
 def test_without_bpf_capabilities_5_10_falls_back_to_diskstats_and_pages(run_5_10):
     """Issue 23 on Debian 11's 5.10: --source=auto, bpf() refused for want of the capabilities: the daemon runs
     on diskstats, says why, and pages the snapshot incident (nomerges=2)."""
-    source, collapse, log, settled, reads = nocap_case(run_5_10, "nocap-snap-nm2")
-    print(f"5.10 nocap-snap-nm2: source {source}, collapse {collapse}, nvme0n1 reads {reads}")
+    source, collapse, log, settled, reads, disk = nocap_case(run_5_10, "nocap-snap-nm2")
+    print(f"5.10 nocap-snap-nm2: source {source}, collapse {collapse}, {disk} reads {reads}")
     assert source["source"] == "diskstats" and source["evidence"] == "reduced", source
     assert source["reason"].startswith("not privileged to load BPF"), source
     assert "BPF cannot run" in log and "not tried again" in log, log[-3000:]
     snapshot = next(dict(k)["device"] for k in find(settled, "mergewatch_device_info", dm_name="vg0-snap"))
     assert collapse == {snapshot: 1.0}, collapse
-    assert "merge collapse on nvme0n1 (under " + snapshot + ")" in log, log[-3000:]
-    assert "echo 0 > /sys/block/nvme0n1/queue/nomerges" in log
+    assert f"merge collapse on {disk} (under {snapshot})" in log, log[-3000:]
+    assert f"echo 0 > /sys/block/{disk}/queue/nomerges" in log
 
 
 def test_without_bpf_capabilities_5_10_stays_quiet_at_nomerges_0(run_5_10):
-    source, collapse, log, settled, reads = nocap_case(run_5_10, "nocap-snap-nm0")
+    source, collapse, log, settled, reads, disk = nocap_case(run_5_10, "nocap-snap-nm0")
     assert source["source"] == "diskstats", source
     assert set(collapse.values()) <= {0.0}, collapse
     assert "merge collapse on" not in log
     assert reads > 0  # the quiet is not an idle disk
+
+
+@pytest.fixture(scope="module", params=NEW_KERNELS)
+def stacking(request):
+    """guest-stacking.sh's single-disk parts in the kernel's scenario boot (no --nvme-disks: not the multi-disk
+    stacks, which run on 6.1 in test_vm_stacking.py)."""
+    scenario_boot(request.param)
+    run = SCENARIOS[request.param]
+    st = RunDir(run.file("stacking"))
+    res = st.results()
+    print(request.param, res)
+    assert "failed" not in res, f"guest-stacking.sh failed on {request.param}: {res['failed']}"
+    assert res.get("done") == "1", res
+    return request.param, run, st, res
+
+
+def test_block_bio_queue_follows_an_lv_created_and_removed_after_start(stacking):
+    """Stacking decided at run time on this kernel: no dm device at start, block_bio_queue not attached; an LV
+    created after the daemons started attaches it at a rescan, its removal detaches it; its 64 direct 256 KiB
+    reads counted at the LV (bios) and at the disk (requests, remapped from the LV) as /sys/block/X/stat counts."""
+    kernel, run, st, res = stacking
+    assert (res["bio_queue_before_lvm"], res["bio_queue_after_lvcreate"], res["bio_queue_after_lvremove"]) == \
+        ("0", "1", "0"), res
+    disk, lv = disks(run)["disk"], res["late_device"]
+    s0, s1 = st.samples("lvm-before-read.prom"), st.samples("lvm-after-read.prom")
+
+    def delta(name, **labels):
+        return get(s1, name, **labels) - get(s0, name, **labels)
+
+    before, after = ([int(x) for x in st.read(f"diskstat-{n}-lv-read.txt").split()] for n in ("before", "after"))
+    assert after[0] - before[0] == 64 and (after[2] - before[2]) * 512 == 16 << 20, (before, after)
+    assert delta("mergewatch_bio_size_bytes_count", device=lv, op="read") == 64
+    assert delta("mergewatch_request_size_bytes_count", device=disk, op="read") == 64
+    assert delta("mergewatch_remapped_requests_total", device=disk, origin=lv, op="read") == 64
+
+
+def test_md_raid0_pages_under_require_upper_any_and_not_under_the_default(stacking):
+    """md RAID0 (4 KiB chunks) on the disk, nomerges=2, buffered reads: the daemon with
+    --collapse.require-upper=any raises collapse{upper=md0}; the one with the default (dm) does not."""
+    kernel, run, st, res = stacking
+    disk = disks(run)["disk"]
+    assert res["md_level"] == "raid0" and res["md_chunk_bytes"] == "4096", res
+    anyp, dmp = st.samples("md-any.prom"), st.samples("md-dm.prom")
+    print(f"{kernel}: collapse{{upper=md0}} raised after {res['md_any_raised_seconds']} s")
+    assert value(anyp, "mergewatch_merge_collapse", device=disk, upper="md0") == 1
+    assert value(anyp, "mergewatch_collapse_small_request_ratio", device=disk, upper="md0") >= 0.99
+    raised = {dict(k).get("upper"): v for k, v in find(dmp, "mergewatch_merge_collapse", device=disk).items()}
+    assert raised and not any(raised.values()), raised
+    assert res["daemon_exit_0"] == "0" and res["daemon_exit_1"] == "0", res

@@ -14,10 +14,10 @@ import re
 
 import pytest
 
-from vmtest import SCENARIO, RunDir, get, scenario_boot, value
+from vmtest import SCENARIO, RunDir, disks, get, scenario_boot, value
 
 STACKING = RunDir(SCENARIO.file("stacking"))
-DISK = "nvme0n1"
+DISK = None  # the scenario's disk, found by its serial in the guest (vmtest.disks): set by res
 read, samples = STACKING.read, STACKING.samples
 
 
@@ -31,6 +31,8 @@ def scenario_run():
 def res(scenario_run):
     """The guest's key=value results from this session's scenario boot (one for test_vm.py and this
     file, into an emptied run directory)."""
+    global DISK
+    DISK = disks(SCENARIO)["disk"]
     results = STACKING.results()
     print(results)
     assert "failed" not in results, f"guest-stacking.sh failed: {results['failed']}\n" + \
