@@ -178,7 +178,13 @@ LoadReply LoadHere(const ProbeOptions& options) {
   for (const char* mode : {"tp_btf", "raw_tp"}) {
     if (options.program_type != "auto" && options.program_type != mode) continue;
     LIBBPF_OPTS(bpf_object_open_opts, open_opts);
-    if (options.btf_path != kDefaultBtfPath) open_opts.btf_custom_path = options.btf_path.c_str();
+    // Always named, the default too: a CO-RE type absent from the kernel's BTF (core_fixes.bpf.h's
+    // hd_struct___old on 5.11+) sends libbpf looking through the modules' BTF, which needs
+    // BPF_BTF_GET_NEXT_ID and so CAP_SYS_ADMIN; Debian 12's libbpf 1.1 fails the whole load on that
+    // EPERM, so the unit (CAP_BPF and CAP_PERFMON only) ran on diskstats. With the vmlinux BTF named,
+    // libbpf relocates against it alone (measured: loads as the unit's user). No program of ours reads a
+    // module's types.
+    open_opts.btf_custom_path = options.btf_path.c_str();
     mergewatch_bpf* skel = mergewatch_bpf__open_opts(&open_opts);
     if (skel == nullptr)
       return Failure(ProbeError::kLoad, std::string("cannot open the BPF object: ") + strerror(errno) + LibbpfTail());
