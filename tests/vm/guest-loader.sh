@@ -32,16 +32,7 @@ put kernel "$(uname -r)"
 put lockdown "$(cat /sys/kernel/security/lockdown 2>/dev/null || echo absent)"
 put btf_vmlinux "$([ -s /sys/kernel/btf/vmlinux ] && echo present || echo absent)"
 modprobe nvme
-# The disk by its serial, never by name: NVMe controllers probe asynchronously (6.12).
-disk_by_serial() {
-	local d serial
-	for d in /sys/block/nvme*; do
-		[ -e "$d/dev" ] && [ -r "$d/device/serial" ] || continue
-		read -r serial < "$d/device/serial"
-		[ "$serial" = "$1" ] && { echo "${d##*/}"; return 0; }
-	done
-	return 1
-}
+. "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/guest-lib.sh"	# disk_by_serial
 DISK=${MW_DISK:-}
 for _ in $(seq 150); do [ -n "$DISK" ] || DISK=$(disk_by_serial mw0001) || true; [ -n "$DISK" ] && [ -b "/dev/$DISK" ] && break; sleep 0.2; done
 [ -n "$DISK" ] && [ -b "/dev/$DISK" ] || { log "FAIL: no NVMe disk with serial mw0001"; exit 1; }

@@ -32,16 +32,7 @@ pid=
 cleanup() { [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null || true; }
 trap cleanup EXIT
 
-# The whole disk whose controller (or, for a head, subsystem) reports serial $1.
-disk_by_serial() {
-	local d serial
-	for d in /sys/block/nvme*; do
-		[ -e "$d/dev" ] && [ -r "$d/device/serial" ] || continue
-		read -r serial < "$d/device/serial"
-		[ "$serial" = "$1" ] && { echo "${d##*/}"; return 0; }
-	done
-	return 1
-}
+. "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/guest-lib.sh"	# disk_by_serial
 url="http://127.0.0.1:$PORT/metrics"
 n=0
 scrape() {	# scrape WHEN: the next numbered scrape

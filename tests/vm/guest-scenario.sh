@@ -252,17 +252,7 @@ kill "$lo_pid"; wait "$lo_pid" 2>/dev/null || true
 grep -q loopback-ok /tmp/lo-check/got || die "loopback HTTP returned the wrong body"
 log "loopback ok (curl -> busybox httpd on 127.0.0.1)"
 
-# The disk (whole, visible) whose controller or subsystem reports this serial. Never a name: the
-# controllers probe asynchronously (6.12), so nvme0n1 may be any of the guest's NVMe disks.
-disk_by_serial() {
-	local d serial
-	for d in /sys/block/nvme*; do
-		[ -e "$d/dev" ] && [ -r "$d/device/serial" ] || continue
-		read -r serial < "$d/device/serial"
-		[ "$serial" = "$1" ] && { echo "${d##*/}"; return 0; }
-	done
-	return 1
-}
+. "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/guest-lib.sh"	# disk_by_serial
 
 modprobe -a nvme dm-mod dm-snapshot ext4
 wait_for 30 "the NVMe disk with serial mw0001" disk_by_serial mw0001 > /dev/null || die "no NVMe disk with serial mw0001"

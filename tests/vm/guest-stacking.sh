@@ -73,16 +73,7 @@ start_daemon() {	# start_daemon NAME PORT ARGS...
 }
 
 # ---------------------------------------------------------------- 3 (run after 2, defined here)
-# The whole disk whose controller reports serial $1.
-disk_by_serial() {
-	local d serial
-	for d in /sys/block/nvme*; do
-		[ -e "$d/dev" ] && [ -r "$d/device/serial" ] || continue
-		read -r serial < "$d/device/serial"
-		[ "$serial" = "$1" ] && { echo "${d##*/}"; return 0; }
-	done
-	return 1
-}
+. "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/guest-lib.sh"	# disk_by_serial
 dm_of() {	# the kernel name (dm-N) of a dm device by its dm name
 	local d
 	for d in /sys/block/dm-*; do [ "$(cat "$d/dm/name")" = "$1" ] && { echo "${d##*/}"; return 0; }; done
