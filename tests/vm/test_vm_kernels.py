@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from vmtest import KERNELS, SCENARIOS, RunDir, disks, find, get, scenario_boot, value
+from vmtest import KERNELS, SCENARIOS, RunDir, check_late_lv_read, disks, find, scenario_boot, value
 
 NEW_KERNELS = [k for k in KERNELS if k != "6.1"]
 TRACEPOINTS = {"rq_insert": "block_rq_insert", "rq_issue": "block_rq_issue", "rq_requeue": "block_rq_requeue",
@@ -165,17 +165,7 @@ def test_block_bio_queue_follows_an_lv_created_and_removed_after_start(stacking)
     kernel, run, st, res = stacking
     assert (res["bio_queue_before_lvm"], res["bio_queue_after_lvcreate"], res["bio_queue_after_lvremove"]) == \
         ("0", "1", "0"), res
-    disk, lv = disks(run)["disk"], res["late_device"]
-    s0, s1 = st.samples("lvm-before-read.prom"), st.samples("lvm-after-read.prom")
-
-    def delta(name, **labels):
-        return get(s1, name, **labels) - get(s0, name, **labels)
-
-    before, after = ([int(x) for x in st.read(f"diskstat-{n}-lv-read.txt").split()] for n in ("before", "after"))
-    assert after[0] - before[0] == 64 and (after[2] - before[2]) * 512 == 16 << 20, (before, after)
-    assert delta("mergewatch_bio_size_bytes_count", device=lv, op="read") == 64
-    assert delta("mergewatch_request_size_bytes_count", device=disk, op="read") == 64
-    assert delta("mergewatch_remapped_requests_total", device=disk, origin=lv, op="read") == 64
+    check_late_lv_read(st, res["late_device"], disks(run)["disk"])
 
 
 def test_md_raid0_pages_under_require_upper_any_and_not_under_the_default(stacking):

@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from vmtest import SCENARIO, RunDir, disks, get, scenario_boot, value
+from vmtest import SCENARIO, RunDir, check_late_lv_read, disks, get, scenario_boot, value
 
 STACKING = RunDir(SCENARIO.file("stacking"))
 DISK = None  # the scenario's disk, found by its serial in the guest (vmtest.disks): set by res
@@ -53,24 +53,10 @@ def test_block_bio_queue_follows_lvm_created_and_removed_after_start(res):
 
 
 def test_bios_and_remapped_requests_of_the_late_lv_are_counted(res):
-    """While attached, the LV's bios and the disk's requests they became are exported: 64 x 256 KiB
-    direct reads, one at a time, each one request at the disk (max_sectors_kb 512); the disk's
-    diskstats are the count."""
-    s0, s = samples("lvm-before-read.prom"), samples("lvm-after-read.prom")
-    lv = res["late_device"]
-
-    def delta(name, **labels):  # lvcreate's own I/O (wipe, label scan) came before the baseline
-        return value(s, name, **labels) - s0.get((name, frozenset(labels.items())), 0.0)
-
-    assert delta("mergewatch_bio_size_bytes_count", device=lv, op="read") == 64
-    assert delta("mergewatch_bio_size_bytes_sum", device=lv, op="read") == 16 << 20
-    before, after = ([int(x) for x in read(f"diskstat-{n}-lv-read.txt").split()] for n in ("before", "after"))
-    disk_reads = after[0] - before[0]
-    assert (after[2] - before[2]) * 512 == 16 << 20, (before, after)
-    assert disk_reads == 64
-    assert delta("mergewatch_request_size_bytes_count", device=DISK, op="read") == disk_reads
-    assert delta("mergewatch_remapped_requests_total", device=DISK, origin=lv, op="read") == disk_reads
-    assert delta("mergewatch_remapped_missed_merges_total", device=DISK, origin=lv, op="read") == 0
+    """While attached, the LV's bios and the disk's requests they became are exported by both daemons:
+    64 x 256 KiB direct reads, one at a time, each one request at the disk (max_sectors_kb 512); the
+    disk's diskstats are the count."""
+    check_late_lv_read(STACKING, res["late_device"], DISK)
 
 
 def test_require_upper_any_raises_for_md_and_dm_only_does_not(res):
@@ -101,12 +87,12 @@ def test_vm_only_metric_families_are_exported(res):
     """The families the host cannot show (they need a dm/md device; see test_reference.py) appear
     in the guest's scrapes."""
     families = set()
-    for name in ("lvm-after-read.prom", "md-any.prom"):
+    for name in ("lvm-after-read-19871.prom", "md-any.prom"):
         families |= set(re.findall(r"^# TYPE (\S+) ", read(name), re.M))
     for family in ("mergewatch_bio_size_bytes", "mergewatch_remapped_requests_total",
                    "mergewatch_remapped_missed_merges_total", "mergewatch_collapse_upper_bio_bytes",
                    "mergewatch_collapse_upper_request_ratio", "mergewatch_device_holder_info"):
-        samples_of = [l for name in ("lvm-after-read.prom", "md-any.prom") for l in read(name).splitlines()
+        samples_of = [l for name in ("lvm-after-read-19871.prom", "md-any.prom") for l in read(name).splitlines()
                       if l.startswith(family + "{") or l.startswith(family + "_count{")]
         assert family in families and samples_of, f"{family}: no samples in the guest scrapes"
 

@@ -149,6 +149,42 @@ def disks(run):
     return found
 
 
+# guest-stacking.sh's two daemons (--collapse.require-upper dm and any) both count the late LV's read.
+LATE_LV_DAEMON_PORTS = (19871, 19872)
+
+
+def check_late_lv_read(st, lv, disk, reads=64):
+    """guest-stacking.sh's counted read of an LV created after the daemons started (`reads` direct 256 KiB
+    reads, one at a time, each one request at the disk): /sys/block/DISK/stat counts them, and each daemon
+    counts every bio at the LV and every request at the disk, remapped from the LV. On a short count the
+    message carries what tells the causes apart: the kernel's run counts of the block_bio_queue program
+    (kernel.bpf_stats_enabled during the read), runs it skipped as nested, and the daemon's attach log."""
+    before, after = ([int(x) for x in st.read(f"diskstat-{n}-lv-read.txt").split()] for n in ("before", "after"))
+    assert after[0] - before[0] == reads and (after[2] - before[2]) * 512 == reads * (256 << 10), (before, after)
+    for port in LATE_LV_DAEMON_PORTS:
+        s0, s1 = st.samples(f"lvm-before-read-{port}.prom"), st.samples(f"lvm-after-read-{port}.prom")
+
+        def delta(name, **labels):  # lvcreate's own I/O (wipe, label scan) came before the baseline
+            return get(s1, name, **labels) - get(s0, name, **labels)
+
+        counted = {
+            "bios": delta("mergewatch_bio_size_bytes_count", device=lv, op="read"),
+            "bio_bytes": delta("mergewatch_bio_size_bytes_sum", device=lv, op="read"),
+            "requests": delta("mergewatch_request_size_bytes_count", device=disk, op="read"),
+            "remapped": delta("mergewatch_remapped_requests_total", device=disk, origin=lv, op="read"),
+            "remapped_missed": delta("mergewatch_remapped_missed_merges_total", device=disk, origin=lv, op="read"),
+        }
+        expected = {"bios": reads, "bio_bytes": reads * (256 << 10), "requests": reads, "remapped": reads,
+                    "remapped_missed": 0}
+        why = {
+            "bio_queue_runs": delta("mergewatch_bpf_program_runs_total", tracepoint="block_bio_queue", mode="tp_btf"),
+            "program_nested": delta("mergewatch_bpf_events_dropped_total", reason="program_nested"),
+            "log": [line for line in st.text(f"daemon-{'dm' if port == 19871 else 'any'}.log").splitlines()
+                    if "block_bio_queue" in line],
+        }
+        assert counted == expected, f"daemon on {port}: counted {counted}, expected {expected}; {why}"
+
+
 # The scenario boot's run directory per kernel (test_vm.py's scenario_run), read by test_vm.py,
 # test_vm_stacking.py, test_vm_findings.py and test_vm_kernels.py. SCENARIO is 6.1's.
 SCENARIOS = {k: RunDir(os.path.join(VMDIR, "test-run" if k == "6.1" else f"test-run-{k}")) for k in
