@@ -296,7 +296,11 @@ std::unique_ptr<HttpServer> HttpServer::Start(const std::vector<int>& listen_fds
   std::unique_ptr<HttpServer> server(new HttpServer(options, std::move(scrape)));
   const HttpOptions& o = server->options_;
   server->web_ = MakeWebState(o.web, o.secrets, error);
-  if (!server->web_) return nullptr;
+  if (!server->web_) {
+    // The sockets are ours from the call on, as on every other failed start: none is handed back.
+    for (int fd : listen_fds) close(fd);
+    return nullptr;
+  }
   server->web_stamp_ = FileStamp(WebFiles(o.web_config_file, o.web));
   // External epoll mode: the event loops are our threads (Worker), not libmicrohttpd's pool, so
   // each can prove it is alive (WorkersAlive). MHD_USE_ITC: MHD_quiesce_daemon needs it.

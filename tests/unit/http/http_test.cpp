@@ -242,6 +242,24 @@ TEST(HttpServer, WorkersAliveFailsWhileAHandlerIsStuck) {
   EXPECT_TRUE(server->WorkersAlive(std::chrono::milliseconds(500)));
 }
 
+TEST(HttpServer, AFailedStartClosesTheListeningSocketsItWasGiven) {
+  // A certificate that is no PEM: the web state fails before any libmicrohttpd daemon starts.
+  int port = 0;
+  const int fd = ListenOnLoopback(&port);
+  ASSERT_GE(fd, 0) << strerror(errno);
+  HttpOptions options;
+  options.web.cert_file = "/nonexistent/cert.pem";
+  options.web.key_file = "/nonexistent/key.pem";
+  options.secrets.cert_pem = "not a certificate";
+  options.secrets.key_pem = "not a key";
+  std::string error;
+  EXPECT_EQ(HttpServer::Start({fd}, options, [] { return std::string(); }, &error), nullptr);
+  EXPECT_FALSE(error.empty());
+  errno = 0;
+  EXPECT_EQ(fcntl(fd, F_GETFD), -1) << "the socket was left open";
+  EXPECT_EQ(errno, EBADF);
+}
+
 const char kHash[] = "$2b$10$1zX7PKoFQz4PGZNr7ZZy0uzewTCTteSDg8IukNQ.b7uiSVBdCsUk6";  // "not-a-password-anyone-uses"
 
 TEST(WebConfig, ParsesTheExporterToolkitFormat) {
