@@ -13,7 +13,7 @@ import tarfile
 
 import pytest
 
-from vmtest import REPO, VMDIR, RunDir, boot
+from vmtest import REPO, VMDIR, RunDir, await_boot, boot, register_boot
 
 CAP_BPF_PERFMON = "000000c000000000"
 
@@ -45,9 +45,13 @@ RUN = RunDir(os.path.join(VMDIR, "package-run"), diag)
 read, expect = RUN.text, RUN.expect
 
 
+# Install, remove, purge: 3 apt runs. Boots beside test_systemd_unit.py's (group "drivers").
+register_boot("package", "drivers", lambda: boot(RUN, "--package", deb_path(), timeout=900, driver=True))
+
+
 @pytest.fixture(scope="module")
 def res():
-    boot(RUN, "--package", deb_path(), timeout=900, driver=True)  # install, remove, purge: 3 apt runs
+    await_boot("package")
     return RUN.results()
 
 

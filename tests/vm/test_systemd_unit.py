@@ -17,7 +17,7 @@ import subprocess
 
 import pytest
 
-from vmtest import DAEMON, REPO, VMDIR, RunDir, boot, find, parse
+from vmtest import DAEMON, REPO, VMDIR, RunDir, await_boot, boot, find, parse, register_boot
 
 UNIT = "mergewatchd.service"
 LISTEN = "127.0.0.1:9863"
@@ -72,11 +72,16 @@ def journal():
     return entries
 
 
+# Boots beside test_package.py's (group "drivers"); the timeout is a hang guard (126 s alone here).
+register_boot("systemd", "drivers", lambda: boot(RUN, "--systemd", "--daemon", DAEMON, "--daemon-args", DAEMON_ARGS,
+                                                 timeout=600, driver=True))
+
+
 @pytest.fixture(scope="module")
 def res():
     # Any status but run-vm.sh's own failures is the number of driver-side checks that failed: the
     # tests below say which.
-    boot(RUN, "--systemd", "--daemon", DAEMON, "--daemon-args", DAEMON_ARGS, timeout=240, driver=True)
+    await_boot("systemd")
     return RUN.results()
 
 

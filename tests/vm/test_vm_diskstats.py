@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from vmtest import DAEMON, VMDIR, RunDir, boot, disks, find, get
+from vmtest import DAEMON, VMDIR, RunDir, await_boot, boot, disks, find, get, register_boot
 
 RUN = RunDir(os.path.join(VMDIR, "test-run-diskstats"))
 DISK = None  # the scenario's disk, found by its serial in the guest (vmtest.disks): set by lockdown_run
@@ -19,12 +19,17 @@ CASES = ["snap-nm2:2:seq:snap", "snap-nm0:0:seq:snap", "origin-nm2:2:seq:origin"
          "nocap-snap-nm2:2:seq:snap", "nocap-snap-nm0:0:seq:snap", "nocap-origin-nm2:2:seq:origin"]
 
 
+# Boots beside the 5.10 and 6.12 scenario boots (vmtest.scenario_boot: group "scenario-kernels").
+register_boot("diskstats", "scenario-kernels", lambda: boot(
+    RUN, "--daemon", DAEMON, "--daemon-args", "--web.listen-address=127.0.0.1:9863", "--metrics-url",
+    "http://127.0.0.1:9863/metrics", "--append", "lockdown=confidentiality", "--cases", " ".join(CASES),
+    "--no-stacking", "--loader-cases", timeout=1500))
+
+
 @pytest.fixture(scope="module")
 def lockdown_run():
     global DISK
-    out = boot(RUN, "--daemon", DAEMON, "--daemon-args", "--web.listen-address=127.0.0.1:9863",
-               "--metrics-url", "http://127.0.0.1:9863/metrics", "--append", "lockdown=confidentiality",
-               "--cases", " ".join(CASES), "--no-stacking", "--loader-cases", timeout=1500)
+    out = await_boot("diskstats")
     DISK = disks(RUN)["disk"]
     return out
 

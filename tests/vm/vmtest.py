@@ -28,6 +28,7 @@ VMDIR = os.path.join(REPO, "build", "vm")
 RUN_VM_FAILURES = (2, 124, 125)
 
 _setup_done = set()
+_setup_lock = threading.Lock()
 
 # The guest kernels (run-vm.sh --kernel): the whole VM suite runs on 6.1; a scenario boot (incident,
 # partition, multipath and, with --loader-cases, the loader cases: KERNEL_CASES) also on Debian 11's 5.10 and
@@ -40,6 +41,11 @@ KERNELS = tuple(os.environ.get("MW_VM_KERNELS", "6.1 5.10 6.12").split())
 
 def setup(kernel="6.1"):
     """tests/vm/setup.sh --kernel K, once per kernel and pytest session (idempotent; 1-5 s when cached)."""
+    with _setup_lock:  # boots of one group may start together: one setup.sh at a time
+        _setup(kernel)
+
+
+def _setup(kernel):
     if kernel not in _setup_done:
         subprocess.run([os.path.join(HERE, "setup.sh"), "--kernel", kernel], check=True, timeout=900)
         _setup_done.add(kernel)
@@ -70,6 +76,44 @@ def boot(run, *args, timeout, driver=False):
     elif r.returncode != 0:
         pytest.fail(f"VM run in {run.path} failed ({r.returncode}):\n{r.stdout[-8000:]}\n{r.stderr[-4000:]}")
     return r.stdout
+
+
+# Boots that may run at the same time, by group: a test module registers its boot when pytest imports it
+# (collection, before any test runs); the first fixture to await one starts every boot of its group, each
+# in its own qemu and thread, and waits for its own. Most of a driver or KERNEL_CASES boot is the guest
+# waiting (systemd, apt, detector windows, daemon restarts), so two guests on two host CPUs take little
+# more than one. run-vm.sh's --timeout is a hang guard, not a speed bound: give grouped boots room.
+_registered = {}  # name: (group, function that boots and returns run-vm.sh's stdout)
+_started = {}  # name: thread
+_outcome = {}  # name: (stdout, None) or (None, why the boot failed)
+
+
+def register_boot(name, group, start):
+    _registered[name] = (group, start)
+
+
+def _run_registered(name):
+    try:
+        _outcome[name] = (_registered[name][1](), None)
+    except BaseException as e:  # pytest.fail's Failed too: the first test to await it reports it
+        _outcome[name] = (None, f"{type(e).__name__}: {e}")
+
+
+def await_boot(name):
+    """The registered boot `name`'s run-vm.sh stdout, once per session; starts its whole group first.
+    A failed boot fails every test that awaits it, without a second boot."""
+    if name not in _outcome and name not in _started:
+        group = _registered[name][0]
+        for other in [name] + sorted(n for n, (g, _) in _registered.items() if g == group and n != name):
+            if other not in _outcome and other not in _started:
+                _started[other] = threading.Thread(target=_run_registered, args=(other,), name=f"boot-{other}")
+                _started[other].start()
+    if name in _started:
+        _started[name].join()
+    if _outcome[name][1] is not None:
+        pytest.fail(f"this session's {name} boot failed (the first test that used it shows how):\n"
+                    f"{_outcome[name][1]}")
+    return _outcome[name][0]
 
 
 def results(text):
@@ -191,8 +235,6 @@ def check_late_lv_read(st, lv, disk, reads=64):
 SCENARIOS = {k: RunDir(os.path.join(VMDIR, "test-run" if k == "6.1" else f"test-run-{k}")) for k in
              ("6.1", "5.10", "6.12")}
 SCENARIO = SCENARIOS["6.1"]
-_background = {}  # kernel: the thread booting it beside another (scenario_boot)
-_scenario = {}  # kernel: (run-vm.sh's stdout, None) or (None, why the boot failed)
 
 # The cases of the 5.10 and 6.12 boots (issue 21's per-kernel list, nothing else: make test's budget): the
 # incident on the disk (nomerges=2 pages, nomerges=0 stays quiet), LVM on an NVMe partition (8 KiB chunks),
@@ -218,14 +260,15 @@ def scenario_args(kernel):
 
 
 def _boot_scenario(kernel):
-    """One scenario boot; its stdout, or why it failed, goes into _scenario."""
-    try:
-        _scenario[kernel] = (boot(SCENARIOS[kernel], "--daemon", DAEMON, "--daemon-args",
-                                  "--web.listen-address=127.0.0.1:9863", "--metrics-url",
-                                  "http://127.0.0.1:9863/metrics", *scenario_args(kernel),
-                                  timeout=1800 if kernel == "6.1" else 2400), None)
-    except BaseException as e:  # pytest.fail's Failed too: the first test to ask reports it
-        _scenario[kernel] = (None, f"{type(e).__name__}: {e}")
+    return boot(SCENARIOS[kernel], "--daemon", DAEMON, "--daemon-args", "--web.listen-address=127.0.0.1:9863",
+                "--metrics-url", "http://127.0.0.1:9863/metrics", *scenario_args(kernel),
+                timeout=1800 if kernel == "6.1" else 2400)
+
+
+# 6.1's boot (every case, the multi-disk stacks, the findings) runs alone; 5.10's and 6.12's together.
+for _kernel in KERNELS:
+    register_boot(f"scenario-{_kernel}", "scenario-6.1" if _kernel == "6.1" else "scenario-kernels",
+                  lambda k=_kernel: _boot_scenario(k))
 
 
 def scenario_boot(kernel="6.1"):
@@ -233,25 +276,10 @@ def scenario_boot(kernel="6.1"):
     session. On 6.1 (a few minutes under TCG) test_vm.py, test_vm_stacking.py and test_vm_findings.py read
     the same run (guest-scenario.sh's cases, then guest-stacking.sh and guest-findings.sh in the same guest),
     whichever asks first boots it; on 5.10 and 6.12 the boot plays KERNEL_CASES and the loader cases
-    (guest-loader.sh: test_vm_kernels.py). A failed boot fails the other files' tests too, without a second
-    boot. (A session fixture in a conftest.py would do the same, but a tests/vm/conftest.py shadows
-    tests/integration's, whose test files import from `conftest`, when pytest collects both directories in
-    one run.)
-
-    The first ask for 5.10 or 6.12 boots both at once, each in its own qemu: most of a KERNEL_CASES boot is
-    the guest waiting (detector windows, daemon restarts), so two guests on two host CPUs take little more
-    than one. The 6.1 boot (every case, the multi-disk stacks, the findings) runs alone."""
-    if kernel not in _scenario:
-        if kernel == "6.1":
-            _boot_scenario(kernel)
-        else:
-            for k in [kernel] + [k for k in KERNELS if k not in ("6.1", kernel)]:
-                if k not in _scenario and k not in _background:
-                    setup(k)  # one at a time: setup.sh shares build/vm/cache between kernels
-                    _background[k] = threading.Thread(target=_boot_scenario, args=(k,), name=f"boot-{k}")
-                    _background[k].start()
-            _background[kernel].join()
-    if _scenario[kernel][1] is not None:
-        pytest.fail(f"this session's {kernel} scenario boot failed (the first test that used it shows how):\n"
-                    f"{_scenario[kernel][1]}")
-    return _scenario[kernel][0]
+    (guest-loader.sh: test_vm_kernels.py), both boots at once (await_boot). A failed boot fails the other
+    files' tests too, without a second boot. (A session fixture in a conftest.py would do the same, but a
+    tests/vm/conftest.py shadows tests/integration's, whose test files import from `conftest`, when pytest
+    collects both directories in one run.)"""
+    if f"scenario-{kernel}" not in _registered:  # a kernel MW_VM_KERNELS leaves out, asked for by name
+        register_boot(f"scenario-{kernel}", f"scenario-{kernel}", lambda: _boot_scenario(kernel))
+    return await_boot(f"scenario-{kernel}")
