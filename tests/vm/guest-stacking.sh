@@ -14,7 +14,12 @@
 #      LV (64 KiB stripes) over both. Batched direct 64 KiB reads of the snapshot, cut into 4 KiB
 #      pieces by its chunks and spread over both disks, so each task's plug holds requests of two
 #      queues (A0 B0 A1 ...). nomerges=0: quiet; nomerges=2: collapse{device=each disk,
-#      upper=the snapshot}; counts of bounded reads against /sys/block/X/stat at both.
+#      upper=the snapshot}; counts of bounded reads against /sys/block/X/stat at both. Then, raise
+#      and quiet only: md RAID0 with 64 KiB chunks, a striped LV with 4 KiB stripes, and md RAID10 and
+#      RAID1 writes cut by a snapshot's origin (upper=the origin); reads of a snapshot on RAID10, which
+#      the kernel spreads so that no merge is missed, not raised. A backup reading the 64 KiB-stripe
+#      snapshot while four random 8 KiB readers hammer its origin: upper=the snapshot raised, the
+#      origin's pairs not. Small direct writes beside an fstrim loop on ext4 on an LV: never raised.
 #   4. With run-vm.sh --multipath --path-removal: guest-multipath.sh (a path controller removed while its head lives).
 # Destroys vg0 and the PV on the scenario's disk (MW_DISK; the scenario is done with them).
 # Output in $MW_OUT/stacking/: results.txt (key=value), *.prom scrapes, daemon-{dm,any}.log.
@@ -82,29 +87,37 @@ dm_of() {	# the kernel name (dm-N) of a dm device by its dm name
 # Batched direct reads of the snapshot: 64 KiB bios (16 x its 4 KiB chunks), eight per io_submit, so
 # each submission's plug holds the pieces of eight bios, over both disks. --thread: one process.
 # Started as `fio "${READ_SNAP[@]}" ... &`, so that $! is fio itself and killing it ends the reads.
+LOAD=()	# multi_stack_cases' load when not READ_SNAP
 READ_SNAP=(--name=multi --readonly --thread --direct=1 --rw=read --bs=64k --ioengine=libaio
 	--iodepth=8 --iodepth_batch_submit=8 --iodepth_batch_complete_min=8 --output=/dev/null)
-# One stack: nomerges=0 quiet while reading, a bounded read counted, then nomerges=2 raised on both
-# disks' (disk, snapshot) pairs, a bounded read counted. Files $OUT/multi-STACK-*.
-multi_stack_cases() {	# multi_stack_cases STACK SNAPDEV
-	local st=$1 dev=$2 snap q nm i t p
+# One stack: nomerges=0 quiet while its load runs, then nomerges=2 raised on each disk's (disk, upper)
+# pair; with COUNT=1 (the default) a bounded read counted after each. The load is "${LOAD[@]}" when set
+# (writes to an origin), else the batched snapshot reads.
+# Files $OUT/multi-STACK-*.
+multi_stack_cases() {	# multi_stack_cases STACK DEV [COUNT]
+	local st=$1 dev=$2 count=${3:-1} snap q nm i t p load
 	snap=$(dm_of "${dev#/dev/mapper/}") || die "$st: no dm device for $dev"
 	res "${st}_upper" "$snap"
 	p="$OUT/multi-$st"
+	if [ ${#LOAD[@]} -gt 0 ]; then load=("${LOAD[@]}"); else load=("${READ_SNAP[@]}"); fi
 	for nm in 0 2; do
 		for q in $MD1 $MD2; do
 			echo none > /sys/block/$q/queue/scheduler
 			echo $nm > /sys/block/$q/queue/nomerges
 		done
 		sleep 4	# a window with no reads: set-up I/O (lvcreate, mdadm) leaves it, a raise from before clears
-		log "$st: nomerges=$nm on $MD1 $MD2, batched direct reads of $dev ($snap)"
-		fio "${READ_SNAP[@]}" --filename="$dev" --time_based --runtime=60 --size=32m &
+		log "$st: nomerges=$nm on $MD1 $MD2, fio ${load[0]#--name=} on $dev ($snap)"
+		fio "${load[@]}" --filename="$dev" --time_based --runtime=60 --size=32m &
 		reader=$!
 		if [ $nm = 2 ]; then
-			for q in $MD1 $MD2; do
+			for q in ${RAISE_ON:-$MD1 $MD2}; do
 				t=$(wait_series 19873 "mergewatch_merge_collapse{device=\"$q\",upper=\"$snap\"}" 1 40) ||
 					{ curl -fsS "$(url 19873)" | grep collapse > "$p-nm2-timeout.prom" || true
 					  die "$st: no collapse on ($q, $snap) ($t)"; }
+				res "${st}_nm2_raised_${q}_seconds" "$t"
+			done
+			for q in ${MAY_RAISE_ON:-}; do	# recorded, not required (see multi_mirror_stacks)
+				t=$(wait_series 19873 "mergewatch_merge_collapse{device=\"$q\",upper=\"$snap\"}" 1 8) || true
 				res "${st}_nm2_raised_${q}_seconds" "$t"
 			done
 			curl -fsS --max-time 10 -o "$p-nm2.prom" "$(url 19873)"
@@ -119,6 +132,7 @@ multi_stack_cases() {	# multi_stack_cases STACK SNAPDEV
 		fi
 		kill "$reader"; wait "$reader" 2>/dev/null || true
 		reader=
+		[ "$count" = 1 ] || continue
 		sleep 1.5
 		# A bounded read, counted: 4 MiB = 64 bios at the snapshot.
 		curl -fsS --max-time 10 -o "$p-nm$nm-before.prom" "$(url 19873)"
@@ -130,39 +144,218 @@ multi_stack_cases() {	# multi_stack_cases STACK SNAPDEV
 	done
 	for q in $MD1 $MD2; do echo 0 > /sys/block/$q/queue/nomerges; done
 }
+# A backup reading the snapshot while a live service hammers its origin with random 8 KiB reads (four
+# jobs at queue depth 32, direct), nomerges=2 on both disks: each disk's (disk, snapshot) pair is raised,
+# the (disk, origin) pairs are judged on their own requests and stay quiet (issue 22, point 2: one
+# disk-wide judgement picked the origin, with the most requests, as the upper device and never paged).
+# Files $OUT/live-*.
+backup_while_live() {	# backup_while_live SNAPDEV ORIGINDEV
+	local snap origin q t live p=$OUT/live
+	snap=$(dm_of "${1#/dev/mapper/}") && origin=$(dm_of "${2#/dev/mapper/}") || die "live: no dm device for $1 or $2"
+	res live_snapshot "$snap"
+	res live_origin "$origin"
+	for q in $MD1 $MD2; do echo 2 > /sys/block/$q/queue/nomerges; done
+	sleep 4
+	log "live: nomerges=2, random 8 KiB readers on $2 ($origin) and the backup reading $1 ($snap)"
+	fio --name=live --readonly --thread --direct=1 --rw=randread --bs=8k --ioengine=libaio --iodepth=32 \
+		--numjobs=4 --group_reporting --time_based --runtime=90 --filename="$2" --output="$p-fio.txt" &
+	live=$!
+	sleep 2	# the live load first: the backup starts on a disk already busy with the origin's requests
+	curl -fsS --max-time 10 -o "$p-origin-only.prom" "$(url 19873)"
+	fio "${READ_SNAP[@]}" --filename="$1" --time_based --runtime=60 --size=32m &
+	reader=$!
+	for q in $MD1 $MD2; do
+		# 60 s: five fio threads keep TCG's two CPUs busy, a scrape can take seconds (the page came
+		# 15-20 s after the backup started, the wait for it took up to 40 s in one exploration boot).
+		t=$(wait_series 19873 "mergewatch_merge_collapse{device=\"$q\",upper=\"$snap\"}" 1 60) ||
+			{ curl -fsS "$(url 19873)" | grep collapse > "$p-timeout.prom" || true
+			  kill "$live" || true; die "live: no collapse on ($q, $snap) ($t)"; }
+		res "live_raised_${q}_seconds" "$t"
+	done
+	curl -fsS --max-time 10 -o "$p.prom" "$(url 19873)"
+	curl -fsS --max-time 10 -o "$p-status.json" "http://127.0.0.1:19873/status"
+	kill "$reader" "$live"; wait "$reader" "$live" 2>/dev/null || true
+	reader=
+	for q in $MD1 $MD2; do echo 0 > /sys/block/$q/queue/nomerges; done
+}
+# Small direct writes beside fstrim on a mounted ext4 on an LV over one disk: 4 KiB sequential direct
+# writes in batches of eight, while a loop allocates 192 MiB (fallocate: no data written), deletes it and
+# runs fstrim (ext4 trims again only the groups freed since: discards of up to 128 MiB each). Four scrapes
+# with nomerges=0 (the default: the writes merge) and four with nomerges=2 (they cannot: missed merges,
+# 4 KiB requests under 4 KiB bios). Neither pages: the LV's bios are as small as its requests, as long
+# as the discards stay out of its mean bio size. Files $OUT/trim-*.
+writes_beside_fstrim() {
+	local lv nm i q=$MD1 trimmer writer p=$OUT/trim
+	lvm_ pvcreate -q -y -ff /dev/$q
+	lvm_ vgcreate -q vgtrim /dev/$q
+	lvm_ lvcreate -q -y -L 512M -n fs vgtrim
+	lv=$(dm_of vgtrim-fs) || die "trim: no dm device for vgtrim-fs"
+	res trim_disk "$q"
+	res trim_upper "$lv"
+	res trim_discard_max_bytes "$(cat /sys/block/$q/queue/discard_max_bytes)"
+	mkfs.ext4 -q -E nodiscard /dev/mapper/vgtrim-fs
+	mkdir -p /mnt/trim
+	mount /dev/mapper/vgtrim-fs /mnt/trim
+	fio --name=w --filename=/mnt/trim/data --size=32m --bs=1m --rw=write --direct=1 --fallocate=none --output=/dev/null
+	echo none > /sys/block/$q/queue/scheduler
+	for nm in 0 2; do
+		echo $nm > /sys/block/$q/queue/nomerges
+		sleep 4
+		log "trim: nomerges=$nm on $q, 4 KiB direct writes on $lv beside an fstrim loop"
+		fio --name=w --filename=/mnt/trim/data --size=32m --bs=4k --rw=write --direct=1 --ioengine=libaio \
+			--iodepth=8 --iodepth_batch_submit=8 --iodepth_batch_complete_min=8 --fallocate=none \
+			--time_based --runtime=60 --output=/dev/null &
+		writer=$!
+		( while :; do fallocate -l 192M /mnt/trim/junk; rm /mnt/trim/junk; fstrim /mnt/trim; done ) &
+		trimmer=$!
+		cat /sys/block/$q/stat > "$p-nm$nm-stat-before.txt"
+		for i in $(seq 1 4); do
+			sleep 1
+			curl -fsS --max-time 10 -o "$p-nm$nm-poll-$i.prom" "$(url 19873)"
+		done
+		cat /sys/block/$q/stat > "$p-nm$nm-stat-after.txt"
+		kill "$trimmer" "$writer"; wait "$trimmer" "$writer" 2>/dev/null || true
+	done
+	echo 0 > /sys/block/$q/queue/nomerges
+	umount /mnt/trim
+	lvm_ vgremove -q -f vgtrim
+	lvm_ pvremove -q -y -ff /dev/$q
+}
+# An LV origin (96 MiB, LVOPTS) on the PVs and an LVM snapshot of it with 4 KiB chunks (SNAPSIZE, 32 MiB):
+# /dev/mapper/VG-snap.
+snapshot_vg() {	# snapshot_vg VG PV...
+	local vg=$1
+	shift
+	lvm_ pvcreate -q -y -ff "$@"
+	lvm_ vgcreate -q "$vg" "$@"
+	# shellcheck disable=SC2086
+	lvm_ lvcreate -q -y ${LVOPTS:-} -L 96M -n origin "$vg"
+	lvm_ lvcreate -q -y -s -c 4k -L "${SNAPSIZE:-32M}" -n snap "$vg/origin"
+}
+drop_vg() {	# drop_vg VG PV...
+	lvm_ vgremove -q -f "$1"
+	lvm_ pvremove -q -y -ff "${@:2}"
+}
+# md over both disks: LEVEL, CHUNK in KiB (0: none, RAID1), extra mdadm arguments; /dev/NAME.
+make_md() {	# make_md NAME LEVEL CHUNK [ARGS...]
+	local name=$1 level=$2 chunk=$3 opts
+	shift 3
+	opts=(--level=$level)
+	[ "$chunk" = 0 ] || opts+=(--chunk=$chunk)
+	mdadm --create /dev/$name --run --force "${opts[@]}" --raid-devices=2 --metadata=1.2 "$@" \
+		/dev/$MD1 /dev/$MD2 2>&1
+	res ${name}_level "$(cat /sys/block/$name/md/level)"
+	res ${name}_chunk_bytes "$(cat /sys/block/$name/md/chunk_size)"
+	res ${name}_members "$(cd /sys/block/$name/slaves && echo * | tr ' ' ,)"
+}
+stop_md() {	# stop_md NAME
+	mdadm --stop /dev/$1 2>&1
+	mdadm --zero-superblock /dev/$MD1 /dev/$MD2
+}
+# Snapshots over md RAID0 and striped LVs, two chunk or stripe sizes each, and the backup beside a live origin.
+multi_raid0_stacks() {
+	# md RAID0, 4 KiB chunks, over both disks; an LVM snapshot (4 KiB chunks) of an LV on it.
+	make_md md1 0 4
+	snapshot_vg vgmd /dev/md1
+	multi_stack_cases md /dev/mapper/vgmd-snap
+	drop_vg vgmd /dev/md1
+	stop_md md1
+	# md RAID0, 64 KiB chunks: raise and quiet only.
+	make_md md2 0 64
+	snapshot_vg vgmd64 /dev/md2
+	multi_stack_cases md64k /dev/mapper/vgmd64-snap 0
+	drop_vg vgmd64 /dev/md2
+	stop_md md2
+
+	# A striped LV, 64 KiB stripes over both disks; an LVM snapshot (4 KiB chunks) of it. Then the
+	# backup of that snapshot while random readers hammer its origin.
+	LVOPTS="-i 2 -I 64k" snapshot_vg vgst /dev/$MD1 /dev/$MD2
+	res striped_table "$(dmsetup table vgst-origin-real)"
+	multi_stack_cases striped /dev/mapper/vgst-snap
+	backup_while_live /dev/mapper/vgst-snap /dev/mapper/vgst-origin
+	drop_vg vgst /dev/$MD1 /dev/$MD2
+	# 4 KiB stripes: raise and quiet only.
+	LVOPTS="-i 2 -I 4k" snapshot_vg vgst4 /dev/$MD1 /dev/$MD2
+	res striped4k_table "$(dmsetup table vgst4-origin-real)"
+	multi_stack_cases striped4k /dev/mapper/vgst4-snap 0
+	drop_vg vgst4 /dev/$MD1 /dev/$MD2
+}
+# Batched direct 64 KiB writes to the origin of a snapshot with 4 KiB chunks (multi_stack_cases' LOAD). The
+# origin target cuts each write at its snapshots' chunk size (origin_map, dm_accept_partial_bio); md RAID1
+# and RAID10 send each 4 KiB piece to both legs from their plug callback (raid1_unplug, raid10_unplug),
+# inside the writer's plug: A0 B0 A1 B1 ...
+ORIGIN_WRITES=(--name=originw --thread --direct=1 --rw=write --bs=64k --ioengine=libaio
+	--iodepth=8 --iodepth_batch_submit=8 --iodepth_batch_complete_min=8 --output=/dev/null)
+# A first pass over the region the writes cover makes its exceptions (copy-on-write, through kcopyd), so
+# the measured writes go straight down in the writer's context.
+cow_pass() { fio --name=cow --direct=1 --rw=write --bs=1m --size=32m --filename="$1" --output=/dev/null; }
+# md RAID10 and RAID1 over both disks (--assume-clean: no resync I/O). The writes must raise on the first
+# member (MD1) under the origin; the second member's pair is only recorded: block_bio_remap's chain
+# entry of the md hop is taken by the first leg's remap (bpf/handlers.bpf.h, handle_bio_remap deletes it),
+# so the second leg's requests start their chain at md and count under no dm upper device (exploration
+# boot: nvme2n1's writes all under upper="", 3,239 requests/s). test_vm_stacking.py keeps that as a
+# strict xfail until the BPF side follows a bio cloned to several legs.
+multi_mirror_stacks() {
+	local i q snap p=$OUT/multi-raid10r
+	# md RAID10 (near 2, 64 KiB chunks), a snapshot on it. Reads of the snapshot cannot page by the
+	# kernel's rule: over non-rotational mirrors read_balance() takes the copy with the fewest pending
+	# requests, so consecutive 4 KiB pieces alternate disks and neither disk holds two contiguous ones: no
+	# merge is there to miss (exploration boot: nomerges=0 merged 16 and 128 of 2,867 requests/s, the far 2
+	# layout the same). nomerges=2: four scrapes, no pair raised. Then writes to its origin: both copies of
+	# each piece, in the writer's plug: raised with nomerges=2, quiet with nomerges=0.
+	make_md md3 10 64 --assume-clean --bitmap=none
+	res md3_layout "$(cat /sys/block/md3/md/layout)"
+	SNAPSIZE=64M snapshot_vg vgr10 /dev/md3	# room for the 32 MiB of exceptions and their metadata
+	snap=$(dm_of vgr10-snap) || die "raid10: no dm device for vgr10-snap"
+	res raid10r_upper "$snap"
+	for q in $MD1 $MD2; do echo none > /sys/block/$q/queue/scheduler; echo 2 > /sys/block/$q/queue/nomerges; done
+	sleep 4
+	log "raid10r: nomerges=2, batched direct reads of vgr10-snap ($snap)"
+	fio "${READ_SNAP[@]}" --filename=/dev/mapper/vgr10-snap --time_based --runtime=60 --size=32m &
+	reader=$!
+	for i in $(seq 1 4); do
+		sleep 1
+		curl -fsS --max-time 10 -o "$p-nm2-poll-$i.prom" "$(url 19873)"
+	done
+	kill "$reader"; wait "$reader" 2>/dev/null || true
+	reader=
+	for q in $MD1 $MD2; do echo 0 > /sys/block/$q/queue/nomerges; done
+	cow_pass /dev/mapper/vgr10-origin
+	LOAD=("${ORIGIN_WRITES[@]}") RAISE_ON=$MD1 MAY_RAISE_ON=$MD2
+	multi_stack_cases raid10w /dev/mapper/vgr10-origin 0
+	LOAD=() RAISE_ON= MAY_RAISE_ON=
+	drop_vg vgr10 /dev/md3
+	stop_md md3
+	# md RAID1: writes to the origin of a snapshot on it.
+	make_md md4 1 0 --assume-clean --bitmap=none
+	SNAPSIZE=64M snapshot_vg vgr1 /dev/md4
+	cow_pass /dev/mapper/vgr1-origin
+	LOAD=("${ORIGIN_WRITES[@]}") RAISE_ON=$MD1 MAY_RAISE_ON=$MD2
+	multi_stack_cases raid1w /dev/mapper/vgr1-origin 0
+	LOAD=() RAISE_ON= MAY_RAISE_ON=
+	drop_vg vgr1 /dev/md4
+	stop_md md4
+}
+# MW_MULTI_PARTS: which parts (exploration: run-vm.sh --script with a part alone); all by default.
 multi_disk_stacks() {
-	modprobe -a dm-snapshot dm-mod raid0
+	local part t0
+	modprobe -a dm-snapshot dm-mod raid0 raid1 raid10 ext4
 	MD1=$(disk_by_serial mwnvme1) && MD2=$(disk_by_serial mwnvme2) ||
 		die "no NVMe disks with serials mwnvme1/mwnvme2 (run-vm.sh --nvme-disks 2)"
 	res multi_disks "$MD1,$MD2"
 	res multi_devnos "$(cat /sys/block/$MD1/dev),$(cat /sys/block/$MD2/dev)"
 	start_daemon multi 19873 "${POLICY[@]}"
 	wait_series 19873 "$BIOQ" 0 60 > /dev/null || die "multi daemon not serving"
-
-	# md RAID0, 4 KiB chunks, over both disks; an LVM snapshot (4 KiB chunks) of an LV on it.
-	mdadm --create /dev/md1 --run --force --level=0 --chunk=4 --raid-devices=2 --metadata=1.2 /dev/$MD1 /dev/$MD2 2>&1
-	res md1_level "$(cat /sys/block/md1/md/level)"
-	res md1_chunk_bytes "$(cat /sys/block/md1/md/chunk_size)"
-	res md1_members "$(cd /sys/block/md1/slaves && echo * | tr ' ' ,)"
-	lvm_ pvcreate -q -y -ff /dev/md1
-	lvm_ vgcreate -q vgmd /dev/md1
-	lvm_ lvcreate -q -y -L 96M -n origin vgmd
-	lvm_ lvcreate -q -y -s -c 4k -L 32M -n snap vgmd/origin
-	multi_stack_cases md /dev/mapper/vgmd-snap
-	lvm_ vgremove -q -f vgmd
-	lvm_ pvremove -q -y -ff /dev/md1
-	mdadm --stop /dev/md1 2>&1
-	mdadm --zero-superblock /dev/$MD1 /dev/$MD2
-
-	# A striped LV, 64 KiB stripes over both disks; an LVM snapshot (4 KiB chunks) of it.
-	lvm_ pvcreate -q -y -ff /dev/$MD1 /dev/$MD2
-	lvm_ vgcreate -q vgst /dev/$MD1 /dev/$MD2
-	lvm_ lvcreate -q -y -i 2 -I 64k -L 96M -n origin vgst
-	res striped_table "$(dmsetup table vgst-origin-real 2>/dev/null || dmsetup table vgst-origin)"
-	lvm_ lvcreate -q -y -s -c 4k -L 32M -n snap vgst/origin
-	multi_stack_cases striped /dev/mapper/vgst-snap
-	lvm_ vgremove -q -f vgst
-	lvm_ pvremove -q -y -ff /dev/$MD1 /dev/$MD2
+	for part in ${MW_MULTI_PARTS:-raid0 mirror trim}; do
+		t0=$(now)
+		case $part in
+		raid0) multi_raid0_stacks ;;
+		mirror) multi_mirror_stacks ;;
+		trim) writes_beside_fstrim ;;
+		*) die "MW_MULTI_PARTS: unknown part $part" ;;
+		esac
+		res "multi_${part}_seconds" "$(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.0f", b - a }')"
+	done
 
 	kill -TERM "${pids[-1]}"
 	rc=0; wait "${pids[-1]}" || rc=$?

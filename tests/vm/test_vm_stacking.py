@@ -7,8 +7,10 @@ It checks two README claims no host test can: block_bio_queue is attached only w
 is stacked on a disk and the choice is re-made at each rescan (an LV created after the daemon
 started, then removed), and --collapse.require-upper=any takes an md device as the upper one. And the
 fleet's multi-disk stacks (run-vm.sh --nvme-disks 2): a snapshot over md RAID0 and over a striped LV,
-each over two NVMe disks, pages on each disk under the snapshot with nomerges=2, never with nomerges=0,
-and counts what /sys/block/X/stat counts.
+each over two NVMe disks and with two chunk or stripe sizes, over md RAID10, and RAID1 writes cut by a
+snapshot's origin, pages on each disk under the upper device with nomerges=2, never with nomerges=0, and
+counts what /sys/block/X/stat counts; a backup reading a snapshot while random readers hammer its origin
+pages under the snapshot, not the origin; small direct writes beside fstrim never page.
 """
 import re
 
@@ -99,7 +101,14 @@ def test_vm_only_metric_families_are_exported(res):
 
 # --- Several disks under one upper device (guest-stacking.sh part 3, run-vm.sh --nvme-disks 2) ----------------
 
-MULTI_STACKS = ("md", "striped")
+MULTI_STACKS = ("md", "striped")  # with the bounded reads counted against diskstats
+# Raise with nomerges=2 and quiet with nomerges=0 only: md RAID0 with 64 KiB chunks and a striped LV with
+# 4 KiB stripes, each under a 4 KiB-chunk snapshot.
+QUICK_STACKS = ("md64k", "striped4k")
+# Batched direct 64 KiB writes to the origin of a 4 KiB-chunk snapshot over md RAID10 (near 2) and over md
+# RAID1: the origin target cuts them into 4 KiB pieces, md writes each to both members inside the writer's
+# plug. The upper device is the origin.
+WRITE_STACKS = ("raid10w", "raid1w")
 
 
 def multi_disks(res):
@@ -123,11 +132,20 @@ def test_multi_disk_stacks_are_what_the_cases_claim(res):
     # "0 <sectors> striped 2 128 <dev> <offset> <dev> <offset>": two stripes of 128 sectors.
     assert table[2:5] == ["striped", "2", "128"], table
     assert sorted(table[5::2]) == sorted(res["multi_devnos"].split(",")), (table, res["multi_devnos"])
-    assert res["md_upper"].startswith("dm-") and res["striped_upper"].startswith("dm-"), res
+    assert res["md2_level"] == "raid0" and res["md2_chunk_bytes"] == str(64 << 10), res
+    assert res["md3_level"] == "raid10" and res["md3_chunk_bytes"] == str(64 << 10), res
+    assert res["md3_layout"] == str(1 << 8 | 2), res  # near 2, far 1 (md's raid10 layout word)
+    assert res["md4_level"] == "raid1", res
+    for md in ("md2", "md3", "md4"):
+        assert sorted(res[f"{md}_members"].split(",")) == sorted(disks), (md, res)
+    table = res["striped4k_table"].split()
+    assert table[2:5] == ["striped", "2", "8"], table  # 4 KiB stripes
+    for stack in MULTI_STACKS + QUICK_STACKS + WRITE_STACKS:
+        assert res[f"{stack}_upper"].startswith("dm-"), (stack, res)
     assert res["daemon_exit_multi"] == "0", res
 
 
-@pytest.mark.parametrize("stack", MULTI_STACKS)
+@pytest.mark.parametrize("stack", MULTI_STACKS + QUICK_STACKS)
 def test_multi_disk_snapshot_pages_for_each_disk_under_the_snapshot(res, stack):
     """nomerges=2 on both disks: each disk's (disk, snapshot) pair is raised, nothing else on them. The
     plug of each io_submit holds requests of both disks (A0 B0 A1 ...): the per-plug generation rule
@@ -153,7 +171,7 @@ def test_multi_disk_snapshot_pages_for_each_disk_under_the_snapshot(res, stack):
         assert f"merge collapse on {d} (under {snap})" in log, log[-3000:]
 
 
-@pytest.mark.parametrize("stack", MULTI_STACKS)
+@pytest.mark.parametrize("stack", MULTI_STACKS + QUICK_STACKS + WRITE_STACKS)
 def test_multi_disk_snapshot_with_merging_on_stays_quiet(res, stack):
     """nomerges=0, the same reads: no pair on either disk is raised or even has the condition in any
     scrape while the reads run (four scrapes, over twice the window plus raise-after), and each disk's
@@ -172,7 +190,10 @@ def test_multi_disk_snapshot_with_merging_on_stays_quiet(res, stack):
                     assert v < 0.05, (i, k, v)
                 if k[0] == "mergewatch_collapse_back_merges_per_second" and labels.get("upper") == snap:
                     merged[labels["device"]] = max(merged[labels["device"]], v)
-    assert all(r > 0 for r in merged.values()), merged
+    # The mirrors' writes: the first member's pair only (the second member's requests count under md, see
+    # test_multi_disk_origin_writes_over_mirrors_page_on_both_members).
+    judged = disks[:1] if stack in WRITE_STACKS else disks
+    assert all(merged[d] > 0 for d in judged), merged
 
 
 @pytest.mark.parametrize("nomerges", [0, 2])
@@ -203,3 +224,115 @@ def test_multi_disk_counts_equal_diskstats(res, stack, nomerges):
         else:
             assert merges > 0 and sectors > 8 * reads and missed == 0, (d, reads, merges, sectors, missed)
     assert total_sectors * 512 == 4 << 20
+
+
+@pytest.mark.parametrize("stack", WRITE_STACKS)
+def test_multi_disk_origin_writes_over_mirrors_page_under_the_origin(res, stack):
+    """nomerges=2: the first member's (disk, origin) pair is raised with the collapse's evidence (4 KiB
+    requests under 64 KiB bios, most of them missed merges: the legs of one plug, A0 B0 A1 B1, are the
+    multi-queue plug of issue 22's point 1), and no pair on either disk is raised under anything else."""
+    disks, origin = multi_disks(res), res[f"{stack}_upper"]
+    first = disks[0]  # mwnvme1: md's first member, whose leg each write submits first
+    s = samples(f"multi-{stack}-nm2.prom")
+    raised = {pair for pair, v in collapse_series(s, disks).items() if v == 1}
+    assert (first, origin) in raised and raised <= {(d, origin) for d in disks}, collapse_series(s, disks)
+    assert value(s, "mergewatch_collapse_missed_merge_ratio", device=first, upper=origin) >= 0.5
+    assert value(s, "mergewatch_collapse_lower_request_bytes", device=first, upper=origin) == pytest.approx(4096, rel=0.1)
+    assert value(s, "mergewatch_collapse_upper_bio_bytes", device=first, upper=origin) == 64 << 10
+    verdicts = {(v["device"], v["upper"]): v for v in STACKING.json(f"multi-{stack}-nm2-status.json")["verdicts"]}
+    assert verdicts[(first, origin)]["cause"].startswith(f"nomerges=2 on {first} "), verdicts[(first, origin)]
+    assert f"merge collapse on {first} (under {origin})" in read("daemon-multi.log")
+
+
+@pytest.mark.xfail(strict=True, reason="the BPF remap chain gives a bio cloned to several legs (md RAID1/10 "
+                   "writes) to the first leg only: handle_bio_remap takes (deletes) the md hop's entry, so the "
+                   "second member's requests count under md, no dm upper device")
+@pytest.mark.parametrize("stack", WRITE_STACKS)
+def test_multi_disk_origin_writes_over_mirrors_page_on_both_members(res, stack):
+    """Both members receive every write: each (member, origin) pair should be raised."""
+    disks, origin = multi_disks(res), res[f"{stack}_upper"]
+    s = samples(f"multi-{stack}-nm2.prom")
+    second = disks[1]
+    assert value(s, "mergewatch_collapse_requests_per_second", device=second, upper=origin) > 0
+    assert not res[f"{stack}_nm2_raised_{second}_seconds"].startswith("timeout"), res
+
+
+def test_multi_disk_snapshot_reads_over_raid10_have_no_merge_to_miss(res):
+    """A snapshot (4 KiB chunks) over md RAID10 (near 2) on the two NVMe disks, nomerges=2: not raised in any
+    of four scrapes, and rightly: read_balance() sends each 4 KiB piece to the mirror with the fewest pending
+    requests, so consecutive pieces alternate disks and a disk's pieces are not contiguous; few are missed
+    merges (none could have merged). The same stack's writes page (raid10w above)."""
+    disks, snap = multi_disks(res), res["raid10r_upper"]
+    for i in range(1, 5):
+        s = samples(f"multi-raid10r-nm2-poll-{i}.prom")
+        assert not any(collapse_series(s, disks).values()), (i, collapse_series(s, disks))
+    for d in disks:
+        assert value(s, "mergewatch_collapse_requests_per_second", device=d, upper=snap) >= 50, d
+        assert value(s, "mergewatch_collapse_lower_request_bytes", device=d, upper=snap) == pytest.approx(4096, rel=0.1)
+        assert value(s, "mergewatch_collapse_missed_merge_ratio", device=d, upper=snap) < 0.2, d
+
+
+def test_backup_of_a_snapshot_beside_a_hammered_origin_pages_under_the_snapshot(res):
+    """nomerges=2 on both disks of the striped LV (64 KiB stripes); four random 8 KiB readers (queue depth
+    32, direct) on the origin, and the backup's batched 64 KiB reads of its snapshot: each disk's (disk,
+    snapshot) pair is raised and named in /status and the log; each disk's (disk, origin) pair is judged
+    on the origin's own requests (about none a missed merge) and stays down (issue 22, point 2: judged
+    disk-wide, the origin's requests hid the snapshot's and the origin was taken as the upper device)."""
+    disks, snap, origin = multi_disks(res), res["live_snapshot"], res["live_origin"]
+    assert snap == res["striped_upper"] and origin.startswith("dm-") and origin != snap, res
+    s = samples("live.prom")
+    pairs = collapse_series(s, disks)
+    assert {pair for pair, v in pairs.items() if v == 1} == {(d, snap) for d in disks}, pairs
+    for d in disks:
+        assert pairs.get((d, origin)) == 0, (d, pairs)
+        assert value(s, "mergewatch_collapse_condition", device=d, upper=origin) == 0
+        assert value(s, "mergewatch_collapse_missed_merge_ratio", device=d, upper=origin) < 0.2
+        assert value(s, "mergewatch_collapse_missed_merge_ratio", device=d, upper=snap) >= 0.5
+        # The origin's random reads are a real share of the disk's requests, at their own size.
+        assert value(s, "mergewatch_collapse_upper_request_ratio", device=d, upper=origin) >= 0.2
+        assert value(s, "mergewatch_collapse_requests_per_second", device=d, upper=origin) >= 50
+        assert value(s, "mergewatch_collapse_lower_request_bytes", device=d, upper=origin) == pytest.approx(8192, rel=0.1)
+    verdicts = {(v["device"], v["upper"]): v for v in STACKING.json("live-status.json")["verdicts"]}
+    for d in disks:
+        assert verdicts[(d, snap)]["state"] == "collapsed", verdicts
+    log = read("daemon-multi.log")
+    assert f"(under {origin})" not in log, log[-3000:]
+
+
+@pytest.mark.parametrize("nomerges", [0, 2])
+def test_small_direct_writes_beside_fstrim_never_page(res, nomerges):
+    """ext4 on an LV over one disk: batched 4 KiB direct writes while a loop frees 192 MiB and runs fstrim
+    (discards of up to 128 MiB). No pair on the disk is raised or has the condition in any of four scrapes.
+    With nomerges=2 the writes' merges are missed (a missed-merge share above one half) and only the size
+    rule keeps it quiet: the LV's bios are as small as its requests, because its discards, which the
+    daemon counts as bios, stay out of its mean bio size."""
+    d, lv = res["trim_disk"], res["trim_upper"]
+    assert int(res["trim_discard_max_bytes"]) > 0, res
+    before, after = ([int(x) for x in read(f"trim-nm{nomerges}-stat-{w}.txt").split()] for w in ("before", "after"))
+    assert after[4] > before[4], (before, after)  # writes completed
+    assert after[11] > before[11], (before, after)  # discards completed
+    for i in range(1, 5):
+        s = samples(f"trim-nm{nomerges}-poll-{i}.prom")
+        assert not any(collapse_series(s, [d]).values()), (i, collapse_series(s, [d]))
+        conditions = {k: v for k, v in s.items() if k[0] == "mergewatch_collapse_condition"
+                      and dict(k[1]).get("device") == d}
+        assert conditions and not any(conditions.values()), (i, conditions)
+    s0, s = samples(f"trim-nm{nomerges}-poll-1.prom"), samples(f"trim-nm{nomerges}-poll-4.prom")
+
+    def delta(name, **labels):
+        return value(s, name, **labels) - get(s0, name, **labels)
+
+    # The discards were there, at the LV, between the first and the last scrape: taken into its bios they
+    # would make its mean bio over four times its 4 KiB requests (about 100 KiB in the exploration boot,
+    # 21 discards of 70-80 MiB beside 15-18 thousand writes), and the size rule true.
+    discards = delta("mergewatch_bio_size_bytes_count", device=lv, op="discard")
+    writes = delta("mergewatch_bio_size_bytes_count", device=lv, op="write")
+    assert discards > 0 and writes > 0, (discards, writes)
+    with_discards = (delta("mergewatch_bio_size_bytes_sum", device=lv, op="discard") +
+                     delta("mergewatch_bio_size_bytes_sum", device=lv, op="write")) / (discards + writes)
+    assert with_discards >= 4 * 4096, with_discards
+    # What the detector takes: the LV's reads and writes only.
+    assert value(s, "mergewatch_collapse_upper_bio_bytes", device=d, upper=lv) <= 8192
+    if nomerges == 2:
+        assert value(s, "mergewatch_collapse_missed_merge_ratio", device=d, upper=lv) >= 0.5
+        assert value(s, "mergewatch_collapse_lower_request_bytes", device=d, upper=lv) == pytest.approx(4096, rel=0.1)
