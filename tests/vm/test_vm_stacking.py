@@ -292,11 +292,12 @@ def test_backup_of_a_snapshot_beside_a_hammered_origin_pages_under_the_snapshot(
         assert value(s, "mergewatch_collapse_upper_request_ratio", device=d, upper=origin) >= 0.2
         assert value(s, "mergewatch_collapse_requests_per_second", device=d, upper=origin) >= 50
         assert value(s, "mergewatch_collapse_lower_request_bytes", device=d, upper=origin) == pytest.approx(8192, rel=0.1)
+    # /status at the same moment: the snapshot's pairs collapsed, the origin's not (the daemon's log is no
+    # witness here: later stacks reuse the dm-N names).
     verdicts = {(v["device"], v["upper"]): v for v in STACKING.json("live-status.json")["verdicts"]}
     for d in disks:
         assert verdicts[(d, snap)]["state"] == "collapsed", verdicts
-    log = read("daemon-multi.log")
-    assert f"(under {origin})" not in log, log[-3000:]
+        assert verdicts.get((d, origin), {}).get("state") != "collapsed", verdicts
 
 
 @pytest.mark.parametrize("nomerges", [0, 2])
