@@ -498,7 +498,7 @@ static __always_inline int MW_FN(handle_bio_queue)(struct bio *bio)
 static __always_inline int MW_FN(handle_bio_remap)(struct bio *bio, __u32 from_devt, __u64 from_sector)
 {
 	struct remap_key from = { .devt = from_devt, .sector = from_sector }, to = {};
-	__u32 *chained, origin;
+	struct remap_link *chained, link = {};
 	bool partition_hop;
 
 	to.devt = MW_FN(mw_bio_disk_devt)(bio);
@@ -506,16 +506,20 @@ static __always_inline int MW_FN(handle_bio_remap)(struct bio *bio, __u32 from_d
 	partition_hop = MW_FN(mw_bio_partition_devt)(bio) == from_devt && from_devt != to.devt;
 	if (partition_hop)
 		from.devt = to.devt;
-	chained = bpf_map_lookup_elem(&remap_origin, &from);
+	chained = fresh_remap_link(&from);
 	if (chained) {
-		origin = *chained;
-		bpf_map_delete_elem(&remap_origin, &from);
+		link.origin = chained->origin;
+		/* A stacking hop's entry stays for the bio's other clones (fresh_remap_link); a partition's
+		 * hop has none, and its partition-relative sector would name another place on the disk. */
+		if (partition_hop)
+			bpf_map_delete_elem(&remap_origin, &from);
 	} else if (from_devt != to.devt && !partition_hop) {
-		origin = from_devt;
+		link.origin = from_devt;
 	} else {
 		return 0;
 	}
-	bpf_map_update_elem(&remap_origin, &to, &origin, BPF_ANY);
+	link.at_ns = bpf_ktime_get_ns();
+	bpf_map_update_elem(&remap_origin, &to, &link, BPF_ANY);
 	remaps_seen = 1;
 	return 0;
 }
@@ -530,17 +534,19 @@ static __always_inline struct mw_origin_stats *MW_FN(origin_stats_of)(struct bio
 	struct mw_origin_key key = {};
 	struct mw_origin_stats *stats;
 	static const struct mw_origin_stats zero;
-	__u32 *origin;
+	struct remap_link *link;
+	__u32 origin;
 
 	if (!disk)
 		return NULL;
 	at.devt = MW_FN(mw_bio_disk_devt)(bio);
 	at.sector = MW_READ(bio, bi_iter.bi_sector);
-	origin = bpf_map_lookup_elem(&remap_origin, &at);
-	if (!origin)
+	link = fresh_remap_link(&at);
+	if (!link)
 		return NULL;
-	key.origin_major = *origin >> MW_MINORBITS;
-	key.origin_minor = *origin & ((1u << MW_MINORBITS) - 1);
+	origin = link->origin;
+	key.origin_major = origin >> MW_MINORBITS;
+	key.origin_minor = origin & ((1u << MW_MINORBITS) - 1);
 	bpf_map_delete_elem(&remap_origin, &at);
 	key.major = MW_READ(disk, major);
 	key.minor = MW_READ(disk, first_minor);

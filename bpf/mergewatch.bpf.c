@@ -304,22 +304,48 @@ static __always_inline __u32 mw_norm_flags(__u64 opf)
 
 /*
  * The remap chain, one hop at a time: each block_bio_remap leaves (the device and sector
- * the bio now addresses) -> (the device the chain started at). The next hop, or the
- * request the bio finally becomes (block_getrq), looks its own (device, sector) up and
- * takes the entry. Bios that merge into an existing request never ask: LRU drops them.
+ * the bio now addresses) -> (the device the chain started at, when). The next hop reads the
+ * entry and leaves it: md RAID1/10 clones a write to every mirror, and each clone's remap
+ * starts from the same md hop (raid1_write_request() traces one remap per leg), so taking
+ * it would follow the first leg only. The request the bio finally becomes (block_getrq)
+ * takes its own entry. An entry older than MW_REMAP_MAX_AGE_NS is no chain: a leftover (a
+ * hop no clone asked for again, a bio that merged into an existing request, a device since
+ * removed) must not claim a later bio that happens to address the same sector, such as a
+ * member disk's own superblock I/O after the LV that left it is gone. LRU drops the rest.
  */
+#define MW_REMAP_MAX_AGE_NS (2ULL * 1000 * 1000 * 1000)
+
 struct remap_key {
 	__u32 devt;
 	__u32 pad;
 	__u64 sector;
 };
 
+struct remap_link {
+	__u32 origin; /* dev_t the chain started at */
+	__u32 pad;
+	__u64 at_ns;  /* bpf_ktime_get_ns() of the hop that left it */
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, MW_REMAP_ENTRIES);
 	__type(key, struct remap_key);
-	__type(value, __u32); /* origin dev_t */
+	__type(value, struct remap_link);
 } remap_origin SEC(".maps");
+
+/* The chain entry at `at`, if a hop left it within MW_REMAP_MAX_AGE_NS; an older one is deleted. */
+static __always_inline struct remap_link *fresh_remap_link(struct remap_key *at)
+{
+	struct remap_link *link = bpf_map_lookup_elem(&remap_origin, at);
+
+	if (!link)
+		return NULL;
+	if (bpf_ktime_get_ns() - link->at_ns <= MW_REMAP_MAX_AGE_NS)
+		return link;
+	bpf_map_delete_elem(&remap_origin, at);
+	return NULL;
+}
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);

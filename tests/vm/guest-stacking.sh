@@ -110,7 +110,7 @@ multi_stack_cases() {	# multi_stack_cases STACK DEV [COUNT]
 		fio --filename="$dev" --time_based --runtime=60 --size=32m "${load[@]}" &	# LOAD may set its own size
 		reader=$!
 		if [ $nm = 2 ]; then
-			for q in ${RAISE_ON:-$MD1 $MD2}; do
+			for q in $MD1 $MD2; do
 				t=$(wait_series 19873 "mergewatch_merge_collapse{device=\"$q\",upper=\"$snap\"}" 1 40) ||
 					{ curl -fsS "$(url 19873)" | grep collapse > "$p-nm2-timeout.prom" || true
 					  die "$st: no collapse on ($q, $snap) ($t)"; }
@@ -285,12 +285,11 @@ ORIGIN_WRITES=(--name=originw --thread --direct=1 --rw=write --bs=64k --size=16m
 # A first pass over the region the writes cover makes its exceptions (copy-on-write, through kcopyd), so
 # the measured writes go straight down in the writer's context.
 cow_pass() { fio --name=cow --direct=1 --rw=write --bs=1m --size=16m --filename="$1" --output=/dev/null; }
-# md RAID10 and RAID1 over both disks (--assume-clean: no resync I/O). The writes must raise on the first
-# member (MD1) under the origin; the second member's pair is not required (the scrape shows it): block_bio_remap's chain
-# entry of the md hop is taken by the first leg's remap (bpf/handlers.bpf.h, handle_bio_remap deletes it),
-# so the second leg's requests start their chain at md and count under no dm upper device (exploration
-# boot: nvme2n1's writes all under upper="", 3,239 requests/s). test_vm_stacking.py keeps that as a
-# strict xfail until the BPF side follows a bio cloned to several legs.
+# md RAID10 and RAID1 over both disks (--assume-clean: no resync I/O). The writes must raise on both
+# members under the origin: md clones each write to both, each clone's block_bio_remap starts from the
+# same md hop, and the chain leaves that hop's entry for the other clone (bpf/mergewatch.bpf.c,
+# fresh_remap_link). Before it did, the first leg took the entry and the second member's requests
+# counted under md (exploration boot: nvme2n1's writes all under upper="", 3,239 requests/s).
 multi_mirror_stacks() {
 	local i q snap p=$OUT/multi-raid10r
 	# md RAID10 (near 2, 64 KiB chunks), a snapshot on it. Reads of the snapshot cannot page by the
@@ -317,18 +316,18 @@ multi_mirror_stacks() {
 	reader=
 	for q in $MD1 $MD2; do echo 0 > /sys/block/$q/queue/nomerges; done
 	cow_pass /dev/mapper/vgr10-origin
-	LOAD=("${ORIGIN_WRITES[@]}") RAISE_ON=$MD1
+	LOAD=("${ORIGIN_WRITES[@]}")
 	multi_stack_cases raid10w /dev/mapper/vgr10-origin 0
-	LOAD=() RAISE_ON=
+	LOAD=()
 	drop_vg vgr10 /dev/md3
 	stop_md md3
 	# md RAID1: writes to the origin of a snapshot on it.
 	make_md md4 1 0 --assume-clean --bitmap=none
 	SNAPSIZE=32M snapshot_vg vgr1 /dev/md4
 	cow_pass /dev/mapper/vgr1-origin
-	LOAD=("${ORIGIN_WRITES[@]}") RAISE_ON=$MD1
+	LOAD=("${ORIGIN_WRITES[@]}")
 	multi_stack_cases raid1w /dev/mapper/vgr1-origin 0
-	LOAD=() RAISE_ON=
+	LOAD=()
 	drop_vg vgr1 /dev/md4
 	stop_md md4
 }
