@@ -141,14 +141,11 @@ run: all
 	$(DAEMON) $(RUN_ARGS)
 
 # Every suite runs even when an earlier one fails; the summary line decides the exit code.
-# The .deb build and then the privileged suite (host tracepoints and loop devices, mostly waiting on
-# fio and detector windows) run beside the VM suite (qemu guests, about one host CPU each): neither
-# touches what the other uses. The VM suite starts with test_vm.py, whose 6.1 boot runs alone, so
-# the host suite shares the CPUs with one guest; the package boot, the one that needs the .deb,
-# comes last (its group starts after the kernels' boots, 20 minutes later). One after the other
-# they took 8 and 24 minutes of the 46 (CI, 2026-11-25). The suite's endpoint bounds (a scrape
-# under 1 s, the median under 0.1 s under attack) held with two guests running beside it: 142
-# passed in 510 s, and 142 in 514 s beside the package and systemd boots (2026-11-25, session 10).
+# The privileged suite (host tracepoints and loop devices, mostly waiting on fio and detector windows)
+# runs beside the VM suite (qemu guests, about one host CPU each): neither touches what the other
+# uses. One after the other they took 8 and 24 minutes of the 46 (CI, 2026-11-25). The suite's
+# endpoint bounds (a scrape under 1 s, the median under 0.1 s under attack) held with two guests
+# running beside it: 142 passed in 510 s (2026-11-25, session 10).
 REPORTS := $(BUILD)/reports
 # Golden update mode compares nothing: a test run in it must not be taken for a pass. Any value
 # counts (the tests check that the variable exists, not what it says).
@@ -164,12 +161,12 @@ test: deps deps-reliability
 	$(MAKE) --no-print-directory -j$(NPROC) test-sanitize || status=1; \
 	$(MAKE) --no-print-directory -j$(NPROC) test-fuzz || status=1; \
 	$(MAKE) --no-print-directory test-deploy || status=1; \
-	echo "make test: the .deb, then the privileged suite, run beside the VM suite; their output follows" \
-		"the VM suite's ($(REPORTS)/privileged.log)"; \
-	( s=0; $(MAKE) --no-print-directory deb-build || s=1; \
-	  $(MAKE) --no-print-directory test-privileged || s=1; exit $$s ) > $(REPORTS)/privileged.log 2>&1 & host=$$!; \
-	$(MAKE) --no-print-directory -j$(NPROC) test-vm TEST_VM_DEB= VM_TESTS_FIRST=tests/vm/test_vm.py || status=1; \
-	wait $$host || status=1; \
+	$(MAKE) --no-print-directory -j$(NPROC) deb-build || status=1; \
+	echo "make test: the privileged suite runs beside the VM suite; its output follows the VM suite's" \
+		"($(REPORTS)/privileged.log)"; \
+	$(MAKE) --no-print-directory test-privileged > $(REPORTS)/privileged.log 2>&1 & privileged=$$!; \
+	$(MAKE) --no-print-directory -j$(NPROC) test-vm TEST_VM_DEB= || status=1; \
+	wait $$privileged || status=1; \
 	cat $(REPORTS)/privileged.log; \
 	$(PYTHON) tests/summary.py $(REPORTS)/unit.json $(REPORTS)/sanitize.json $(REPORTS)/fuzz.xml \
 		$(REPORTS)/privileged.xml $(REPORTS)/deploy.xml $(REPORTS)/vm.xml || status=1; \
@@ -196,14 +193,10 @@ test-deploy: $(DAEMON)
 # builds the package before starting the privileged suite beside this one, then passes
 # TEST_VM_DEB= so it is not built twice.
 TEST_VM_DEB ?= deb-build
-# pytest runs the files in the order given; every tests/vm/test_*.py, test_vm.py (the 6.1 boot) first
-# when VM_TESTS_FIRST names it (make test).
-VM_TESTS_FIRST ?=
-VM_TESTS = $(VM_TESTS_FIRST) $(filter-out $(VM_TESTS_FIRST),$(sort $(wildcard tests/vm/test_*.py)))
 test-vm: $(DAEMON) $(TEST_VM_DEB)
 	@mkdir -p $(REPORTS)
 	MERGEWATCHD=$(CURDIR)/$(DAEMON) MERGEWATCH_DEB=$(CURDIR)/$(DEB) $(PYTHON) -m pytest -v -s -p no:cacheprovider \
-		--junitxml=$(REPORTS)/vm.xml $(VM_TESTS)
+		--junitxml=$(REPORTS)/vm.xml tests/vm
 
 $(BUILD)/obj $(BUILD)/obj/unit:
 	$(Q)mkdir -p $@
