@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <tuple>
 
+#include "source/departed_paths.h"
+
 namespace mergewatch {
 namespace {
 
@@ -101,10 +103,10 @@ std::vector<CollapseEvent> CollapseDetector::Update(TimePoint now, const Snapsho
   reduced_ = snapshot.reduced;
   // Data of a device's predecessor at the same major:minor (older diskseq) is not its own.
   // A native NVMe multipath path disk's requests count under its head namespace.
-  const auto same_device = [&topology](uint32_t major, uint32_t minor, uint64_t diskseq) -> const BlockDevice* {
-    return topology.CountedUnder(major, minor, diskseq);
-  };
-  for (const auto& [key, stats] : snapshot.origins) {
+  // A path disk that has just left sysfs counts under its head until its keys are retired.
+  const auto same_device = [&topology, &snapshot](uint32_t major, uint32_t minor, uint64_t diskseq) {
+    return DeviceCountingKey(snapshot, topology, major, minor, diskseq);
+  };  for (const auto& [key, stats] : snapshot.origins) {
     const BlockDevice* device = same_device(key.major, key.minor, key.diskseq);
     const BlockDevice* origin = topology.Find(key.origin_major, key.origin_minor);
     if (device == nullptr || origin == nullptr || (key.op != kOpRead && key.op != kOpWrite)) continue;

@@ -142,11 +142,20 @@ std::vector<prometheus::MetricFamily> DefenceFamilies(const HttpDefenceCounts& c
   prometheus::ClientMetric bad_count;
   bad_count.counter.value = static_cast<double>(c.bad_requests);
   bad.metric = {bad_count};
+  prometheus::MetricFamily timed_out{
+      "mergewatch_http_connections_timed_out_total",
+      "Connections closed because no complete request arrived within the request timeout (from accept, or from the "
+      "end of the previous response): idle keep-alive connections, clients sending a byte now and then.",
+      prometheus::MetricType::Counter,
+      {}};
+  prometheus::ClientMetric timed_out_count;
+  timed_out_count.counter.value = static_cast<double>(c.timed_out);
+  timed_out.metric = {timed_out_count};
   prometheus::MetricFamily open{"mergewatch_http_connections_open", "HTTP connections open now, this scrape's included.",
                                 prometheus::MetricType::Gauge,
                                 {}};
   open.metric = {Gauge(static_cast<double>(c.open_connections))};
-  return {auth, refused, bad, open};
+  return {auth, refused, bad, timed_out, open};
 }
 
 std::string TargetProblem(const std::string& raw_target) {

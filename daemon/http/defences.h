@@ -94,6 +94,7 @@ struct HttpDefenceCounts {
   std::atomic<uint64_t> refused_per_address{0};
   std::atomic<uint64_t> refused_total{0};
   std::atomic<uint64_t> bad_requests{0};    // 400s of the strictness checks (target, Host)
+  std::atomic<uint64_t> timed_out{0};       // cut by the request deadline (idle, or a byte now and then)
   std::atomic<int64_t> open_connections{0};
 };
 

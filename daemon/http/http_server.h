@@ -31,6 +31,12 @@ struct HttpLimits {
   // 3 s: well before Prometheus's default scrape timeout (10 s), so connections held open by
   // one client are cut (and their slots freed) long before a scrape waiting for one fails.
   std::chrono::seconds request_timeout{3};
+  // A response whose client reads nothing of it for this long is cut (libmicrohttpd's inactivity
+  // timeout). Not the request timeout: libmicrohttpd applies it before it reads what arrived, so
+  // requests sent in time but left unread while a loaded host held the event loop were closed
+  // unanswered (CI: 1 of 100 concurrent scrapers). 10 s: Prometheus's default scrape timeout, a
+  // scrape that stalls that long has failed anyway.
+  std::chrono::seconds response_stall_timeout{10};
   // Connections open at once, over every listening socket and per client address (IPv4
   // address or IPv6 /64, defences.h). One past either is accepted and closed at once: the total
   // stays below the listen backlog (SOMAXCONN, 4096), so nothing waits in the kernel's queue

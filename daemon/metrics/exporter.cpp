@@ -106,8 +106,15 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
   std::map<std::pair<std::string, std::string>, mw_dev_stats> by_label;
   std::map<std::pair<uint32_t, uint32_t>, bool> unresolved;
   ScrapeNames names(namer);
+  // A path disk that has just left sysfs counts under its head until its keys are retired.
+  const auto name_of = [&names, &snapshot](uint32_t major, uint32_t minor, uint64_t diskseq) {
+    std::optional<std::string> name = names.Of(major, minor, diskseq);
+    if (name) return name;
+    const DiskKey* head = HeadOfDepartedPath(snapshot, major, minor, diskseq);
+    return head == nullptr ? name : names.Of(head->major, head->minor, head->diskseq);
+  };
   for (const auto& [key, stats] : snapshot.stats) {
-    std::optional<std::string> name = names.Of(key.major, key.minor, key.diskseq);
+    std::optional<std::string> name = name_of(key.major, key.minor, key.diskseq);
     if (!name) {
       unresolved[{key.major, key.minor}] = true;
       continue;
@@ -236,7 +243,7 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
                                         MetricType::Counter);
   std::map<std::tuple<std::string, std::string, std::string>, mw_origin_stats> by_origin;
   for (const auto& [key, stats] : snapshot.origins) {
-    std::optional<std::string> device = names.Of(key.major, key.minor, key.diskseq);
+    std::optional<std::string> device = name_of(key.major, key.minor, key.diskseq);
     std::optional<std::string> origin = names.Of(key.origin_major, key.origin_minor, 0);
     // A multipath path's requests come remapped from its own head, under whose name they
     // already count: that is no stacked device, and "origin = device" would say nothing.

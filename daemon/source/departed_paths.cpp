@@ -5,6 +5,13 @@
 
 namespace mergewatch {
 
+const BlockDevice* DeviceCountingKey(const Snapshot& snapshot, const Topology& topology, uint32_t major,
+                                     uint32_t minor, uint64_t diskseq) {
+  if (const BlockDevice* device = topology.CountedUnder(major, minor, diskseq)) return device;
+  const DiskKey* head = HeadOfDepartedPath(snapshot, major, minor, diskseq);
+  return head == nullptr ? nullptr : topology.FindKey(head->major, head->minor, head->diskseq);
+}
+
 void DepartedPaths::Learn(const Snapshot& snapshot, const Topology& topology) {
   std::set<DiskKey> present;
   auto learn = [&](uint32_t major, uint32_t minor, uint64_t diskseq) {
@@ -22,7 +29,7 @@ void DepartedPaths::Learn(const Snapshot& snapshot, const Topology& topology) {
   for (auto it = head_of_.begin(); it != head_of_.end();) it = present.count(it->first) ? std::next(it) : head_of_.erase(it);
 }
 
-const DepartedPaths::DiskKey* DepartedPaths::HeadOf(const DiskKey& path, const Topology& topology) const {
+const DiskKey* DepartedPaths::HeadOf(const DiskKey& path, const Topology& topology) const {
   const auto it = head_of_.find(path);
   if (it == head_of_.end()) return nullptr;
   // The head must still be the same device: its major:minor with the diskseq it had.
@@ -77,6 +84,7 @@ size_t DepartedPaths::Retire(const StaleKeys& stale, const Snapshot& last, const
 void DepartedPaths::AddTo(Snapshot* snapshot) const {
   for (const auto& [key, stats] : stats_) AccumulateStats(stats, &snapshot->stats[key]);
   for (const auto& [key, stats] : origins_) AccumulateOrigin(stats, &snapshot->origins[key]);
+  snapshot->path_heads = head_of_;
 }
 
 void DepartedPaths::Clear() {

@@ -20,6 +20,11 @@
 
 namespace mergewatch {
 
+// The device whose series the data of a key belongs to: Topology::CountedUnder's, or, for a path
+// disk that has just left sysfs and whose keys are not retired yet, its head (Snapshot::path_heads).
+const BlockDevice* DeviceCountingKey(const Snapshot& snapshot, const Topology& topology, uint32_t major,
+                                     uint32_t minor, uint64_t diskseq);
+
 class DepartedPaths {
  public:
   // Remembers which head each path disk key of `snapshot` counts under while `topology` still
@@ -32,20 +37,14 @@ class DepartedPaths {
   // or its major:minor belongs to a newer device now: its series ends, a new one starts at zero).
   // Returns how many path keys moved.
   size_t Retire(const StaleKeys& stale, const Snapshot& last, const Topology& topology);
-  // Adds what departed paths counted into the heads' keys of `snapshot`.
+  // Adds what departed paths counted into the heads' keys of `snapshot`, and the heads of the
+  // paths learnt (Snapshot::path_heads).
   void AddTo(Snapshot* snapshot) const;
   // A new source (BPF after diskstats): its counters start afresh, and so does the carry.
   void Clear();
   bool empty() const { return stats_.empty() && origins_.empty(); }
 
  private:
-  struct DiskKey {
-    uint32_t major = 0, minor = 0;
-    uint64_t diskseq = 0;
-    bool operator<(const DiskKey& o) const {
-      return std::tie(major, minor, diskseq) < std::tie(o.major, o.minor, o.diskseq);
-    }
-  };
   const DiskKey* HeadOf(const DiskKey& path, const Topology& topology) const;
 
   std::map<DiskKey, DiskKey> head_of_;  // path disk key -> its head's key, learnt while both were seen

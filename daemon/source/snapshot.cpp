@@ -22,4 +22,9 @@ void AccumulateOrigin(const mw_origin_stats& from, mw_origin_stats* into) {
   into->merges += from.merges;
 }
 
+const DiskKey* HeadOfDepartedPath(const Snapshot& snapshot, uint32_t major, uint32_t minor, uint64_t diskseq) {
+  const auto it = snapshot.path_heads.find(DiskKey{major, minor, diskseq});
+  return it == snapshot.path_heads.end() ? nullptr : &it->second;
+}
+
 }  // namespace mergewatch

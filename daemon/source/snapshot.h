@@ -44,6 +44,18 @@ struct OriginKey {
   }
 };
 
+// One incarnation of a disk: major:minor with its diskseq (0 if the kernel has none, < 5.15).
+struct DiskKey {
+  uint32_t major = 0, minor = 0;
+  uint64_t diskseq = 0;
+  bool operator<(const DiskKey& o) const {
+    return std::tie(major, minor, diskseq) < std::tie(o.major, o.minor, o.diskseq);
+  }
+  bool operator==(const DiskKey& o) const {
+    return major == o.major && minor == o.minor && diskseq == o.diskseq;
+  }
+};
+
 // One BPF program and whether it is attached now.
 struct ProgramStatus {
   std::string tracepoint;  // block_rq_issue, ...
@@ -64,7 +76,15 @@ struct Snapshot {
   // in the overflow slot (no per-request sizes), merges in back_merges (back and front not told
   // apart), no latencies, no missed merges, no origins. The exporter and the detector read it.
   bool reduced = false;
+  // Native NVMe multipath path disk -> its head, learnt while both were in sysfs (DepartedPaths).
+  // A path disk that has just left sysfs keeps its keys in the maps until the next tick retires
+  // them onto its head; until then its keys count under this head, or the head's counters would
+  // drop for a scrape between the rescan and that tick.
+  std::map<DiskKey, DiskKey> path_heads;
 };
+
+// The head a path disk key counts under once the path has left sysfs, or nullptr.
+const DiskKey* HeadOfDepartedPath(const Snapshot& snapshot, uint32_t major, uint32_t minor, uint64_t diskseq);
 
 // Keys of devices that no longer exist (or whose major:minor now belongs to a newer disk).
 struct StaleKeys {

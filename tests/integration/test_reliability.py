@@ -183,8 +183,10 @@ def test_hundred_concurrent_scrapers_during_io(daemon_factory, loop_device, tmp_
     def client(source):
         while time.monotonic() < deadline:
             try:
-                # Each client from one of 5 loopback addresses, 20 per address: the daemon allows 32
+                # Each client from one of 10 loopback addresses, 10 per address: the daemon allows 32
                 # connections per address (README, "Securing the endpoint"), a cap this test is not about.
+                # A client's closed connection counts until the server's event loop sees it close: on a
+                # loaded host 20 clients of one address could hold more than 32 for a moment.
                 conn = http.client.HTTPConnection("127.0.0.1", d.port, timeout=30, source_address=(source, 0))
                 try:
                     conn.request("GET", "/metrics")
@@ -210,14 +212,18 @@ def test_hundred_concurrent_scrapers_during_io(daemon_factory, loop_device, tmp_
                 results["peak_rss"] = max(results["peak_rss"], rss)
             time.sleep(0.2)
 
-    threads = ([threading.Thread(target=client, args=(f"127.0.0.{2 + i % 5}",)) for i in range(100)]
+    threads = ([threading.Thread(target=client, args=(f"127.0.0.{2 + i % 10}",)) for i in range(100)]
                + [threading.Thread(target=watch_memory)])
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=90)
     io.wait(timeout=60)
-    assert not results["errors"], f"{len(results['errors'])} failed scrapes, e.g. {results['errors'][:3]}"
+    if results["errors"]:
+        s = d.scrape()
+        defences = {k: v for k, v in s.items() if k[0].startswith("mergewatch_http_")}
+        raise AssertionError(f"{len(results['errors'])} failed scrapes, e.g. {results['errors'][:3]}; "
+                             f"the daemon's defences: {defences}")
     assert results["ok"] >= 100, results["ok"]
     sample = tmp_path / "scrape.prom"
     sample.write_text(results["sample"])

@@ -193,6 +193,33 @@ TEST(Exporter, DataOfAPreviousIncarnationOfTheMinorIsNotExported) {
   EXPECT_NE(text.find("mergewatch_unresolved_devices 1\n"), std::string::npos) << text;
 }
 
+TEST(Exporter, APathDiskThatJustLeftSysfsStillCountsUnderItsHead) {
+  // nvme2n1 (259:2, diskseq 5) over the paths at 259:1 (diskseq 11) and 259:4 (diskseq 12); the
+  // first path has left sysfs, its keys not yet retired: the namer knows only the head.
+  Snapshot snap;
+  AddRequests(&snap.stats[{259, 1, 0, 11}], 4096, 64, 5000);
+  AddRequests(&snap.stats[{259, 4, 0, 12}], 4096, 64, 5000);
+  snap.origins[{259, 1, 253, 0, 0, 11}] = mw_origin_stats{64, 60, 0, 0, 0, 0};
+  snap.path_heads[DiskKey{259, 1, 11}] = DiskKey{259, 2, 5};
+  snap.path_heads[DiskKey{259, 4, 12}] = DiskKey{259, 2, 5};
+  FakeNamer namer;
+  namer.names = {{{259, 2}, "nvme2n1"}, {{259, 4}, "nvme2n1"}, {{253, 0}, "dm-0"}};
+  namer.diskseqs = {{{259, 2}, 5}, {{259, 4}, 12}};
+  std::string text = prometheus::TextSerializer().Serialize(BuildMetricFamilies(snap, namer, DaemonStatus{}));
+  EXPECT_NE(text.find("mergewatch_request_size_bytes_count{device=\"nvme2n1\",op=\"read\"} 128\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("mergewatch_remapped_requests_total{device=\"nvme2n1\",origin=\"dm-0\",op=\"read\"} 64\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("mergewatch_unresolved_devices 0\n"), std::string::npos) << text;
+
+  // Its head gone too (or a new disk at its major:minor): nothing to count it under.
+  namer.diskseqs[{259, 2}] = 6;
+  text = prometheus::TextSerializer().Serialize(BuildMetricFamilies(snap, namer, DaemonStatus{}));
+  EXPECT_EQ(text.find("device=\"nvme2n1\",op=\"read\"} 128"), std::string::npos) << text;
+}
+
 TEST(Exporter, RemappedRequestsNameTheOriginDevice) {
   std::string text = Expose(IncidentSnapshot());
   EXPECT_NE(text.find("mergewatch_remapped_requests_total{device=\"nvme1n1\",origin=\"dm-3\",op=\"read\"} 16385\n"),
