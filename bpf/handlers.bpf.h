@@ -499,6 +499,7 @@ static __always_inline int MW_FN(handle_bio_remap)(struct bio *bio, __u32 from_d
 {
 	struct remap_key from = { .devt = from_devt, .sector = from_sector }, to = {};
 	struct remap_link *chained, link = {};
+	__u64 now = bpf_ktime_get_ns();
 	bool partition_hop;
 
 	to.devt = MW_FN(mw_bio_disk_devt)(bio);
@@ -506,7 +507,7 @@ static __always_inline int MW_FN(handle_bio_remap)(struct bio *bio, __u32 from_d
 	partition_hop = MW_FN(mw_bio_partition_devt)(bio) == from_devt && from_devt != to.devt;
 	if (partition_hop)
 		from.devt = to.devt;
-	chained = fresh_remap_link(&from);
+	chained = fresh_remap_link(&from, now);
 	if (chained) {
 		link.origin = chained->origin;
 		/* A stacking hop's entry stays for the bio's other clones (fresh_remap_link); a partition's
@@ -518,7 +519,7 @@ static __always_inline int MW_FN(handle_bio_remap)(struct bio *bio, __u32 from_d
 	} else {
 		return 0;
 	}
-	link.at_ns = bpf_ktime_get_ns();
+	link.at_ns = now;
 	bpf_map_update_elem(&remap_origin, &to, &link, BPF_ANY);
 	remaps_seen = 1;
 	return 0;
@@ -541,7 +542,7 @@ static __always_inline struct mw_origin_stats *MW_FN(origin_stats_of)(struct bio
 		return NULL;
 	at.devt = MW_FN(mw_bio_disk_devt)(bio);
 	at.sector = MW_READ(bio, bi_iter.bi_sector);
-	link = fresh_remap_link(&at);
+	link = fresh_remap_link(&at, bpf_ktime_get_ns());
 	if (!link)
 		return NULL;
 	origin = link->origin;

@@ -334,14 +334,14 @@ struct {
 	__type(value, struct remap_link);
 } remap_origin SEC(".maps");
 
-/* The chain entry at `at`, if a hop left it within MW_REMAP_MAX_AGE_NS; an older one is deleted. */
-static __always_inline struct remap_link *fresh_remap_link(struct remap_key *at)
+/* The chain entry at `at`, if a hop left it within MW_REMAP_MAX_AGE_NS of `now_ns`; an older one is deleted. */
+static __always_inline struct remap_link *fresh_remap_link(struct remap_key *at, __u64 now_ns)
 {
 	struct remap_link *link = bpf_map_lookup_elem(&remap_origin, at);
 
 	if (!link)
 		return NULL;
-	if (bpf_ktime_get_ns() - link->at_ns <= MW_REMAP_MAX_AGE_NS)
+	if (now_ns - link->at_ns <= MW_REMAP_MAX_AGE_NS)
 		return link;
 	bpf_map_delete_elem(&remap_origin, at);
 	return NULL;
