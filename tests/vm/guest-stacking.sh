@@ -79,6 +79,15 @@ start_daemon() {	# start_daemon NAME PORT ARGS...
 
 # ---------------------------------------------------------------- 3 (run after 2, defined here)
 . "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/guest-lib.sh"	# disk_by_serial
+# Four scrapes of the multi daemon a second apart while a load runs, into PREFIX-poll-1..4.prom: over a
+# window plus raise-after (and more: a scrape takes seconds under TCG while fio runs).
+poll_scrapes() {	# poll_scrapes PREFIX
+	local i
+	for i in 1 2 3 4; do
+		sleep 1
+		curl -fsS --max-time 10 -o "$1-poll-$i.prom" "$(url 19873)"
+	done
+}
 dm_of() {	# the kernel name (dm-N) of a dm device by its dm name
 	local d
 	for d in /sys/block/dm-*; do [ "$(cat "$d/dm/name")" = "$1" ] && { echo "${d##*/}"; return 0; }; done
@@ -119,12 +128,8 @@ multi_stack_cases() {	# multi_stack_cases STACK DEV [COUNT]
 			curl -fsS --max-time 10 -o "$p-nm2.prom" "$(url 19873)"
 			curl -fsS --max-time 10 -o "$p-nm2-status.json" "http://127.0.0.1:19873/status"
 		else
-			# Quiet: every scrape over a window plus raise-after (and more: a scrape takes seconds under TCG
-			# while fio runs) while the reads run.
-			for i in $(seq 1 4); do
-				sleep 1
-				curl -fsS --max-time 10 -o "$p-nm0-poll-$i.prom" "$(url 19873)"
-			done
+			# Quiet: no scrape while the reads run has a pair raised (poll_scrapes).
+			poll_scrapes "$p-nm0"
 		fi
 		kill "$reader"; wait "$reader" 2>/dev/null || true
 		reader=
@@ -205,10 +210,7 @@ writes_beside_fstrim() {
 		( while :; do fallocate -l 192M /mnt/trim/junk; rm /mnt/trim/junk; fstrim /mnt/trim; done ) &
 		trimmer=$!
 		cat /sys/block/$q/stat > "$p-nm$nm-stat-before.txt"
-		for i in $(seq 1 4); do
-			sleep 1
-			curl -fsS --max-time 10 -o "$p-nm$nm-poll-$i.prom" "$(url 19873)"
-		done
+		poll_scrapes "$p-nm$nm"
 		cat /sys/block/$q/stat > "$p-nm$nm-stat-after.txt"
 		kill "$trimmer" "$writer"; wait "$trimmer" "$writer" 2>/dev/null || true
 	done
@@ -248,29 +250,33 @@ stop_md() {	# stop_md NAME
 	mdadm --stop /dev/$1 2>&1
 	mdadm --zero-superblock /dev/$MD1 /dev/$MD2
 }
-# Snapshots over md RAID0 and striped LVs, two chunk or stripe sizes each, and the backup beside a live origin.
-multi_raid0_stacks() {
-	# md RAID0, 4 KiB chunks, over both disks; an LVM snapshot (4 KiB chunks) of an LV on it.
+# md RAID0, 4 KiB chunks, over both disks; an LVM snapshot (4 KiB chunks) of an LV on it.
+stack_md() {
 	make_md md1 0 4
 	snapshot_vg vgmd /dev/md1
 	multi_stack_cases md /dev/mapper/vgmd-snap
 	drop_vg vgmd /dev/md1
 	stop_md md1
-	# md RAID0, 64 KiB chunks: raise and quiet only.
+}
+# md RAID0, 64 KiB chunks: raise and quiet only.
+stack_md64k() {
 	make_md md2 0 64
 	snapshot_vg vgmd64 /dev/md2
 	multi_stack_cases md64k /dev/mapper/vgmd64-snap 0
 	drop_vg vgmd64 /dev/md2
 	stop_md md2
-
-	# A striped LV, 64 KiB stripes over both disks; an LVM snapshot (4 KiB chunks) of it. Then the
-	# backup of that snapshot while random readers hammer its origin.
+}
+# A striped LV, 64 KiB stripes over both disks; an LVM snapshot (4 KiB chunks) of it. Then the backup
+# of that snapshot while random readers hammer its origin.
+stack_striped() {
 	LVOPTS="-i 2 -I 64k" snapshot_vg vgst /dev/$MD1 /dev/$MD2
 	res striped_table "$(dmsetup table vgst-origin-real)"
 	multi_stack_cases striped /dev/mapper/vgst-snap
 	backup_while_live /dev/mapper/vgst-snap /dev/mapper/vgst-origin
 	drop_vg vgst /dev/$MD1 /dev/$MD2
-	# 4 KiB stripes: raise and quiet only.
+}
+# 4 KiB stripes: raise and quiet only.
+stack_striped4k() {
 	LVOPTS="-i 2 -I 4k" snapshot_vg vgst4 /dev/$MD1 /dev/$MD2
 	res striped4k_table "$(dmsetup table vgst4-origin-real)"
 	multi_stack_cases striped4k /dev/mapper/vgst4-snap 0
@@ -290,7 +296,7 @@ cow_pass() { fio --name=cow --direct=1 --rw=write --bs=1m --size=16m --filename=
 # same md hop, and the chain leaves that hop's entry for the other clone (bpf/mergewatch.bpf.c,
 # fresh_remap_link). Before it did, the first leg took the entry and the second member's requests
 # counted under md (exploration boot: nvme2n1's writes all under upper="", 3,239 requests/s).
-multi_mirror_stacks() {
+stack_raid10() {
 	local i q snap p=$OUT/multi-raid10r
 	# md RAID10 (near 2, 64 KiB chunks), a snapshot on it. Reads of the snapshot cannot page by the
 	# kernel's rule: over non-rotational mirrors read_balance() takes the copy with the fewest pending
@@ -308,10 +314,7 @@ multi_mirror_stacks() {
 	log "raid10r: nomerges=2, batched direct reads of vgr10-snap ($snap)"
 	fio "${READ_SNAP[@]}" --filename=/dev/mapper/vgr10-snap --time_based --runtime=60 --size=32m &
 	reader=$!
-	for i in $(seq 1 4); do
-		sleep 1
-		curl -fsS --max-time 10 -o "$p-nm2-poll-$i.prom" "$(url 19873)"
-	done
+	poll_scrapes "$p-nm2"
 	kill "$reader"; wait "$reader" 2>/dev/null || true
 	reader=
 	for q in $MD1 $MD2; do echo 0 > /sys/block/$q/queue/nomerges; done
@@ -321,7 +324,9 @@ multi_mirror_stacks() {
 	LOAD=()
 	drop_vg vgr10 /dev/md3
 	stop_md md3
-	# md RAID1: writes to the origin of a snapshot on it.
+}
+# md RAID1: writes to the origin of a snapshot on it.
+stack_raid1w() {
 	make_md md4 1 0 --assume-clean --bitmap=none
 	SNAPSIZE=32M snapshot_vg vgr1 /dev/md4
 	cow_pass /dev/mapper/vgr1-origin
@@ -331,7 +336,9 @@ multi_mirror_stacks() {
 	drop_vg vgr1 /dev/md4
 	stop_md md4
 }
-# MW_MULTI_PARTS: which parts (exploration: run-vm.sh --script with a part alone); all by default.
+# MW_MULTI_PARTS: which stacks, in order (run-vm.sh --multi-parts; the kernels' boots run a subset, make
+# test's budget); all by default. Each writes multi_PART_seconds.
+MULTI_PARTS_ALL="md md64k striped striped4k raid10 raid1w trim"
 multi_disk_stacks() {
 	local part t0
 	modprobe -a dm-snapshot dm-mod raid0 raid1 raid10 ext4
@@ -341,14 +348,13 @@ multi_disk_stacks() {
 	res multi_devnos "$(cat /sys/block/$MD1/dev),$(cat /sys/block/$MD2/dev)"
 	start_daemon multi 19873 "${POLICY[@]}"
 	wait_series 19873 "$BIOQ" 0 60 > /dev/null || die "multi daemon not serving"
-	for part in ${MW_MULTI_PARTS:-raid0 mirror trim}; do
+	for part in ${MW_MULTI_PARTS:-$MULTI_PARTS_ALL}; do
 		t0=$(now)
-		case $part in
-		raid0) multi_raid0_stacks ;;
-		mirror) multi_mirror_stacks ;;
-		trim) writes_beside_fstrim ;;
-		*) die "MW_MULTI_PARTS: unknown part $part" ;;
+		case " $MULTI_PARTS_ALL " in
+		*" $part "*) ;;
+		*) die "MW_MULTI_PARTS: unknown part $part (one of: $MULTI_PARTS_ALL)" ;;
 		esac
+		if [ "$part" = trim ]; then writes_beside_fstrim; else "stack_$part"; fi
 		res "multi_${part}_seconds" "$(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.0f", b - a }')"
 	done
 

@@ -30,6 +30,8 @@
 #     --nvme-disks N       also give the guest N more single-path NVMe disks (serials
 #                          mwnvme1..N, 1 GiB each), for md RAID0 and striped LVs over several
 #                          disks (guest-stacking.sh's multi-disk part)
+#     --multi-parts "P..." with --nvme-disks 2: only these stacks of the multi-disk part, in order
+#                          (md md64k striped striped4k raid10 raid1w trim; all by default)
 #     --rotational-disks N also give the guest N emulated 7200 rpm disks (QEMU scsi-hd, serials
 #                          mwrot1..N) on one single-queue virtio-scsi controller: the
 #                          rotational single-queue disks of an HDD host, for the queue findings
@@ -89,6 +91,7 @@ path_removal=0
 part_disk=${MW_VM_PART_DISK:-0}
 rotational_disks=${MW_VM_ROTATIONAL_DISKS:-0}
 nvme_disks=${MW_VM_NVME_DISKS:-0}
+multi_parts=
 loader_cases=${MW_VM_LOADER_CASES:-0}
 script=${MW_VM_SCRIPT:-$here/guest-scenario.sh}
 extra_append=${MW_VM_APPEND:-}
@@ -119,6 +122,7 @@ while [ $# -gt 0 ]; do
 	--part-disk) part_disk=1; shift ;;
 	--rotational-disks) rotational_disks=$2; shift 2 ;;
 	--nvme-disks) nvme_disks=$2; shift 2 ;;
+	--multi-parts) multi_parts=$2; shift 2 ;;
 	--loader-cases) loader_cases=1; shift ;;
 	--script) script=$2; shift 2 ;;
 	--append) extra_append=$2; shift 2 ;;
@@ -201,6 +205,7 @@ touch "$out/.mw-vm-run"
 	printf 'MW_PATH_REMOVAL=%q\n' "$path_removal"
 	printf 'MW_PART_DISK=%q\n' "$part_disk"
 	printf 'MW_NVME_DISKS=%q\n' "$nvme_disks"
+	[ -n "$multi_parts" ] && printf 'MW_MULTI_PARTS=%q\n' "$multi_parts"
 	printf 'MW_ROTATIONAL_DISKS=%q\n' "$rotational_disks"
 	printf 'MW_STACKING=%q\n' "$stacking"
 	printf 'MW_LOADER_CASES=%q\n' "$loader_cases"
