@@ -13,7 +13,9 @@ import re
 
 import pytest
 
-from vmtest import KERNELS, SCENARIOS, RunDir, check_late_lv_read, disks, find, scenario_boot, value
+from multidisk import (check_mirror_writes_raised, check_stack_counts, check_stack_quiet, check_stack_raised,
+                       multi_disks)
+from vmtest import KERNEL_MULTI_PARTS, KERNELS, SCENARIOS, RunDir, check_late_lv_read, disks, find, scenario_boot, value
 
 NEW_KERNELS = [k for k in KERNELS if k != "6.1"]
 TRACEPOINTS = {"rq_insert": "block_rq_insert", "rq_issue": "block_rq_issue", "rq_requeue": "block_rq_requeue",
@@ -146,8 +148,8 @@ def test_without_bpf_capabilities_5_10_stays_quiet_at_nomerges_0(run_5_10):
 
 @pytest.fixture(scope="module", params=NEW_KERNELS)
 def stacking(request):
-    """guest-stacking.sh's single-disk parts in the kernel's scenario boot (no --nvme-disks: not the multi-disk
-    stacks, which run on 6.1 in test_vm_stacking.py)."""
+    """guest-stacking.sh in the kernel's scenario boot: its single-disk parts and the multi-disk stacks of
+    vmtest.KERNEL_MULTI_PARTS (every stack runs on 6.1, test_vm_stacking.py)."""
     scenario_boot(request.param)
     run = SCENARIOS[request.param]
     st = RunDir(run.file("stacking"))
@@ -181,3 +183,53 @@ def test_md_raid0_pages_under_require_upper_any_and_not_under_the_default(stacki
     raised = {dict(k).get("upper"): v for k, v in find(dmp, "mergewatch_merge_collapse", device=disk).items()}
     assert raised and not any(raised.values()), raised
     assert res["daemon_exit_0"] == "0" and res["daemon_exit_1"] == "0", res
+
+
+# --- Several disks under one upper device on this kernel (vmtest.KERNEL_MULTI_PARTS, multidisk.py) ---------------
+
+def test_multi_disk_stacks_are_what_the_cases_claim(stacking):
+    """md RAID0 with 4 KiB chunks, a striped LV with 4 KiB stripes and md RAID1, each over both NVMe disks."""
+    kernel, run, st, res = stacking
+    assert KERNEL_MULTI_PARTS.split() == ["md", "striped4k", "raid1w"], KERNEL_MULTI_PARTS
+    disks_ = multi_disks(res)
+    assert res["md1_level"] == "raid0" and res["md1_chunk_bytes"] == "4096", res
+    assert res["md4_level"] == "raid1", res
+    for md in ("md1", "md4"):
+        assert sorted(res[f"{md}_members"].split(",")) == sorted(disks_), (md, res)
+    table = res["striped4k_table"].split()
+    assert table[2:5] == ["striped", "2", "8"], table  # two stripes of 8 sectors
+    assert sorted(table[5::2]) == sorted(res["multi_devnos"].split(",")), (table, res["multi_devnos"])
+    for stack in ("md", "striped4k", "raid1w"):
+        assert res[f"{stack}_upper"].startswith("dm-"), (stack, res)
+    print(kernel, {k: v for k, v in res.items() if k.startswith("multi_") and k.endswith("_seconds")})
+    assert res["daemon_exit_multi"] == "0", res
+
+
+@pytest.mark.parametrize("stack", ["md", "striped4k"])
+def test_multi_disk_snapshot_pages_for_each_disk_under_the_snapshot(stacking, stack):
+    """nomerges=2 on both disks under the snapshot: each disk's (disk, snapshot) pair raised, with the
+    evidence and the remedy (multidisk.check_stack_raised)."""
+    kernel, run, st, res = stacking
+    check_stack_raised(st, res, stack)
+
+
+@pytest.mark.parametrize("stack", ["md", "striped4k", "raid1w"])
+def test_multi_disk_stacks_with_merging_on_stay_quiet(stacking, stack):
+    """nomerges=0, the same load: nothing raised, the pieces merged (multidisk.check_stack_quiet)."""
+    kernel, run, st, res = stacking
+    check_stack_quiet(st, res, stack)
+
+
+@pytest.mark.parametrize("nomerges", [0, 2])
+def test_multi_disk_counts_equal_diskstats(stacking, nomerges):
+    """A bounded read of the md RAID0 snapshot counted on each disk as /sys/block/X/stat counts it
+    (multidisk.check_stack_counts)."""
+    kernel, run, st, res = stacking
+    check_stack_counts(st, res, "md", nomerges)
+
+
+def test_multi_disk_origin_writes_over_raid1_page_on_both_members(stacking):
+    """Writes to a snapshot's origin over md RAID1, nomerges=2: each member's (disk, origin) pair raised
+    (multidisk.check_mirror_writes_raised)."""
+    kernel, run, st, res = stacking
+    check_mirror_writes_raised(st, res, "raid1w")
