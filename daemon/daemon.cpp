@@ -156,7 +156,26 @@ struct Sources {
   std::shared_ptr<BpfProbes> bpf;  // null while detection runs on diskstats
   bool retry_bpf = false;
   TimePoint last_bpf_try{};
+  std::set<std::string> without_statistics;  // disks reported as unseen by diskstats (iostats=0)
 };
+
+// On diskstats, a disk with queue/iostats=0 is invisible (its counters stay still): never a silent
+// blind spot. Said once when it appears, once when it is seen again; on BPF it does not matter.
+void ReportDisksWithoutStatistics(const Topology& topology, Sources* sources) {
+  std::set<std::string> now;
+  if (!sources->bpf)
+    for (const std::string& name : DisksWithoutStatistics(topology)) now.insert(name);
+  for (const std::string& name : now) {
+    if (sources->without_statistics.count(name)) continue;
+    LogWarn("iostats=0 on " + name + ": the kernel keeps no I/O statistics for it, so the diskstats source sees "
+            "none of its requests and cannot detect merge collapse on it. Remedy: echo 1 > /sys/block/" + name +
+            "/queue/iostats, or let BPF run");
+  }
+  for (const std::string& name : sources->without_statistics)
+    if (!now.count(name) && !sources->bpf)
+      LogInfo("iostats on " + name + " is back, or the disk is gone: the diskstats source sees it again");
+  sources->without_statistics = std::move(now);
+}
 
 std::shared_ptr<BpfProbes> LoadBpf(const Config& config, ProbeError* kind, std::string* error) {
   ProbeOptions options;
@@ -204,6 +223,7 @@ void Tick(Sources& sources, DeviceNamer& namer, TopologyKeeper* topology, Collap
   }
   topology->RefreshFor(snapshot);
   if (sources.bpf) TraceBioLevelWhereNeeded(*topology->current(), sources.bpf.get());
+  ReportDisksWithoutStatistics(*topology->current(), &sources);
   sources.active->LearnPaths(snapshot, *topology->current());
   StaleKeys stale = FindStaleKeys(snapshot, *topology, namer);
   if (!stale.empty()) {

@@ -113,6 +113,13 @@ std::vector<DiskstatsRecord> ParseProcDiskstats(const std::string& text, std::ve
   return records;
 }
 
+std::vector<std::string> DisksWithoutStatistics(const Topology& topology) {
+  std::vector<std::string> disks;
+  for (const BlockDevice& d : topology.devices())
+    if (d.request_based && !d.is_partition && d.queue.iostats == 0) disks.push_back(d.name);
+  return disks;
+}
+
 Snapshot SnapshotFromDiskstats(const std::vector<DiskstatsRecord>& records, const std::set<std::string>& whole_disks,
                                const std::set<std::string>& bio_based) {
   Snapshot snapshot;

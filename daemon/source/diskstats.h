@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "source/snapshot.h"
+#include "topology/topology.h"
 
 namespace mergewatch {
 
@@ -69,6 +70,12 @@ std::vector<DiskstatsRecord> ParseProcDiskstats(const std::string& text, std::ve
 // the dm/md (and other bio-based) disks, whose I/Os count as bios received, not requests.
 Snapshot SnapshotFromDiskstats(const std::vector<DiskstatsRecord>& records, const std::set<std::string>& whole_disks,
                                const std::set<std::string>& bio_based);
+
+// The disks the diskstats source cannot see: request-based whole disks with queue/iostats=0,
+// whose statistics the kernel does not keep (their diskstats lines stay at what they were), by
+// name. A dm or md device above them still counts its bios, but the disk's requests and merges,
+// the evidence, are gone: the daemon says so in its log while it runs on diskstats.
+std::vector<std::string> DisksWithoutStatistics(const Topology& topology);
 
 // Reads <proc_root>/diskstats, or where it is hidden (a unit with ProcSubset=pid) or missing,
 // <sysfs_root>/block/<disk>/stat and dev of each disk: the same counters (both are

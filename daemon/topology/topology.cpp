@@ -400,6 +400,10 @@ QueueSettings ReadQueue(const SysfsTree& tree, const std::string& disk_rel) {
   queue.rotational = ReadNumberAttr<int>(tree, dir + "/rotational", 0, 1).value_or(-1);
   queue.max_hw_sectors_kb = ReadOptionalCount(tree, dir + "/max_hw_sectors_kb");
   queue.optimal_io_bytes = ReadOptionalCount(tree, dir + "/optimal_io_size");
+  if (const std::optional<std::string> iostats = tree.ReadAttr(dir + "/iostats")) {
+    queue.iostats = ParseDecimal<int>(*iostats, 0, 1).value_or(-1);
+    if (queue.iostats < 0) tree.Warn(dir + "/iostats", "malformed value \"" + *iostats + "\"");
+  }
   // One directory per hardware queue (mq/0, mq/1, ...): the count elevator_get_default() checks.
   if (tree.IsDir(disk_rel + "/mq")) queue.hw_queues = static_cast<int>(tree.ListRealSubdirs(disk_rel + "/mq").size());
   return queue;

@@ -43,6 +43,9 @@ struct QueueSettings {
   uint64_t max_hw_sectors_kb = 0;  // queue/max_hw_sectors_kb: the driver's limit
   uint64_t optimal_io_bytes = 0;   // queue/optimal_io_size (0: the device reports none)
   int hw_queues = -1;              // entries of <disk>/mq/ (request-based disks only)
+  // queue/iostats: 0 when the kernel keeps no I/O statistics for the disk (/proc/diskstats and
+  // /sys/block/X/stat stay still: what the diskstats source reads); -1 where there is no file.
+  int iostats = -1;
 };
 
 struct BlockDevice {

@@ -156,6 +156,28 @@ CollapseEvidence Reduced(double rate, double mean, double merge_share, int nomer
   return e;
 }
 
+// A disk with queue/iostats=0 has still counters: the source cannot see it, and says which.
+// Request-based whole disks only: a dm device's own statistics are not the evidence, and a
+// partition counts under its disk.
+TEST(DisksWithoutStatistics, RequestBasedWholeDisksWithIostatsOff) {
+  uint32_t minor = 0;
+  auto device = [&minor](const std::string& name, bool request_based, int iostats, bool partition = false) {
+    BlockDevice d;
+    d.name = name;
+    d.major = 259;
+    d.minor = minor++;  // a device number each: the topology drops duplicates
+    d.disk = partition ? "nvme0n1" : name;
+    d.is_partition = partition;
+    d.request_based = request_based;
+    d.queue.iostats = iostats;
+    return d;
+  };
+  const Topology topology = Topology::FromDevices({device("nvme0n1", true, 0), device("nvme0n1p1", true, 0, true),
+                                                   device("nvme1n1", true, 1), device("sda", true, -1),
+                                                   device("dm-0", false, 0), device("nvme2n1", true, 0)});
+  EXPECT_EQ(DisksWithoutStatistics(topology), (std::vector<std::string>{"nvme0n1", "nvme2n1"}));
+}
+
 TEST(ReducedCondition, SmallUnmergedRequestsWithMergingOffOrBehindALargerUpper) {
   CollapsePolicy none;
   none.require_upper = UpperRequirement::kNone;

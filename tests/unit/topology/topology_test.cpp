@@ -8,7 +8,10 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -628,6 +631,26 @@ TEST(Topology, StackedBioBasedDevicesAreTheOnesWithSlaves) {
   Topology without = Topology::FromDevices({device("nvme0n1", true, {}), device("zram0", false, {}),
                                             device("loop0", true, {})});
   EXPECT_TRUE(without.StackedBioBasedDevices().empty());
+}
+
+// queue/iostats: read where present (0 or 1), -1 where the kernel has no such file (every
+// fixture above), a malformed value warned about and taken as unknown.
+TEST(TopologyQueue, IostatsIsReadWherePresent) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(testing::TempDir()) / ("iostats-" + std::to_string(getpid()));
+  fs::remove_all(root);
+  fs::copy(CaseRoot("seed-lvm-snapshot"), root, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+  EXPECT_EQ(MustFind(Topology::Scan(root.string(), nullptr), "nvme1n1").queue.iostats, -1);
+  const fs::path file = fs::canonical(root / "block/nvme1n1") / "queue/iostats";
+  std::ofstream(file) << "0\n";
+  std::vector<std::string> warnings;
+  EXPECT_EQ(MustFind(Topology::Scan(root.string(), &warnings), "nvme1n1").queue.iostats, 0);
+  EXPECT_TRUE(warnings.empty());
+  std::ofstream(file, std::ios::trunc) << "yes\n";
+  EXPECT_EQ(MustFind(Topology::Scan(root.string(), &warnings), "nvme1n1").queue.iostats, -1);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("iostats: malformed value"), std::string::npos) << warnings[0];
+  fs::remove_all(root);
 }
 
 }  // namespace
