@@ -113,6 +113,15 @@ prometheus::ClientMetric Gauge(double v) {
   return m;
 }
 
+// A counter family of one series without labels.
+prometheus::MetricFamily SingleCounter(const std::string& name, const std::string& help, double v) {
+  prometheus::MetricFamily family{name, help, prometheus::MetricType::Counter, {}};
+  prometheus::ClientMetric m;
+  m.counter.value = v;
+  family.metric = {m};
+  return family;
+}
+
 }  // namespace
 
 std::vector<prometheus::MetricFamily> DefenceFamilies(const HttpDefenceCounts& c, unsigned per_address_cap,
@@ -134,23 +143,16 @@ std::vector<prometheus::MetricFamily> DefenceFamilies(const HttpDefenceCounts& c
       {}};
   refused.metric = {Counter("reason", "per_address", c.refused_per_address),
                     Counter("reason", "total", c.refused_total)};
-  prometheus::MetricFamily bad{"mergewatch_http_bad_requests_total",
-                               "Requests answered 400 by the daemon's own checks: a NUL or %00 in the target, a "
-                               "target not starting with /, HTTP/1.1 without Host, a Host not in --web.allowed-hosts.",
-                               prometheus::MetricType::Counter,
-                               {}};
-  prometheus::ClientMetric bad_count;
-  bad_count.counter.value = static_cast<double>(c.bad_requests);
-  bad.metric = {bad_count};
-  prometheus::MetricFamily timed_out{
+  prometheus::MetricFamily bad = SingleCounter(
+      "mergewatch_http_bad_requests_total",
+      "Requests answered 400 by the daemon's own checks: a NUL or %00 in the target, a target not starting with /, "
+      "HTTP/1.1 without Host, a Host not in --web.allowed-hosts.",
+      c.bad_requests);
+  prometheus::MetricFamily timed_out = SingleCounter(
       "mergewatch_http_connections_timed_out_total",
       "Connections closed because no complete request arrived within the request timeout (from accept, or from the "
       "end of the previous response): idle keep-alive connections, clients sending a byte now and then.",
-      prometheus::MetricType::Counter,
-      {}};
-  prometheus::ClientMetric timed_out_count;
-  timed_out_count.counter.value = static_cast<double>(c.timed_out);
-  timed_out.metric = {timed_out_count};
+      c.timed_out);
   prometheus::MetricFamily open{"mergewatch_http_connections_open", "HTTP connections open now, this scrape's included.",
                                 prometheus::MetricType::Gauge,
                                 {}};

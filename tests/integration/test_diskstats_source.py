@@ -252,6 +252,13 @@ def test_bpf_out_of_memory_runs_on_diskstats_and_attaches_when_memory_is_back(da
         cgroup.remove()
 
 
+def wait_for_log(d, text, seconds=20):
+    deadline = time.monotonic() + seconds
+    while text not in d.log_text() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert text in d.log_text(), d.log_text()[-2000:]
+
+
 def test_a_disk_with_iostats_off_is_named_as_unseen_and_again_when_seen(forced, loop_device):
     """queue/iostats=0: the kernel keeps no statistics for the disk, so the diskstats source sees none of its
     I/O (its counters stand still under reads). Never a silent blind spot: the log names the disk and the
@@ -261,10 +268,7 @@ def test_a_disk_with_iostats_off_is_named_as_unseen_and_again_when_seen(forced, 
     dev.set_queue_attr("iostats", 0)
     forced.proc.send_signal(signal.SIGHUP)
     warning = f"iostats=0 on {dev.name}: the kernel keeps no I/O statistics for it"
-    deadline = time.monotonic() + 20
-    while warning not in forced.log_text() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert warning in forced.log_text(), forced.log_text()[-2000:]
+    wait_for_log(forced, warning)
     assert f"echo 1 > /sys/block/{dev.name}/queue/iostats" in forced.log_text()
     before = read_stat(dev)
     subprocess.run(["dd", f"if={dev.path}", "of=/dev/null", "bs=4k", "count=256", "iflag=direct", "status=none"],
@@ -272,9 +276,5 @@ def test_a_disk_with_iostats_off_is_named_as_unseen_and_again_when_seen(forced, 
     assert read_stat(dev) == before  # what the source would have read: nothing
     dev.set_queue_attr("iostats", 1)
     forced.proc.send_signal(signal.SIGHUP)
-    back = f"iostats on {dev.name} is back, or the disk is gone: the diskstats source sees it again"
-    deadline = time.monotonic() + 20
-    while back not in forced.log_text() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert back in forced.log_text(), forced.log_text()[-2000:]
+    wait_for_log(forced, f"iostats on {dev.name} is back, or the disk is gone: the diskstats source sees it again")
     assert forced.log_text().count(warning) == 1  # said once while it held
