@@ -19,8 +19,9 @@ CASES = ["snap-nm2:2:seq:snap", "snap-nm0:0:seq:snap", "origin-nm2:2:seq:origin"
          "nocap-snap-nm2:2:seq:snap", "nocap-snap-nm0:0:seq:snap", "nocap-origin-nm2:2:seq:origin"]
 
 
-# Boots beside the 5.10 and 6.12 scenario boots (vmtest.scenario_boot: group "scenario-kernels").
-register_boot("diskstats", "scenario-kernels", lambda: boot(
+# Boots beside the 6.1 scenario boot (vmtest.scenario_boot: group "scenario-6.1"): the 5.10 boot, the longest,
+# then shares the host with 6.12's alone.
+register_boot("diskstats", "scenario-6.1", lambda: boot(
     RUN, "--daemon", DAEMON, "--daemon-args", "--web.listen-address=127.0.0.1:9863", "--metrics-url",
     "http://127.0.0.1:9863/metrics", "--append", "lockdown=confidentiality", "--cases", " ".join(CASES),
     "--no-stacking", "--loader-cases", timeout=1500))
