@@ -56,7 +56,11 @@ def test_batched_4k_reads_with_nomerges_2_page(reduced, loop_device):
         assert f"echo 0 > /sys/block/{dev.name}/queue/nomerges" in log
         s = reduced.scrape()
         assert value(s, "mergewatch_collapse_condition", device=dev.name, upper="") == 1
-        assert value(s, "mergewatch_collapse_lower_request_bytes", device=dev.name, upper="") == 4096
+        # A mean of two kernel counters read apart (sectors at each bio's completion, I/Os at the request's
+        # end: blk_account_io_completion, blk_account_io_done), so not exactly 4096 when a read of diskstats
+        # falls between them (CI: 4096.006); the BPF source's is exact (test_collapse.py).
+        assert value(s, "mergewatch_collapse_lower_request_bytes", device=dev.name, upper="") == \
+            pytest.approx(4096, rel=1e-3)
         # The counters are the kernel's since the minor's first use: no merge while collapsed.
         merges = value(s, "mergewatch_bio_merges_total", device=dev.name, op="read", kind="all")
         requests = value(s, "mergewatch_request_size_bytes_count", device=dev.name, op="read")
