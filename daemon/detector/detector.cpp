@@ -106,7 +106,8 @@ std::vector<CollapseEvent> CollapseDetector::Update(TimePoint now, const Snapsho
   // A path disk that has just left sysfs counts under its head until its keys are retired.
   const auto same_device = [&topology, &snapshot](uint32_t major, uint32_t minor, uint64_t diskseq) {
     return DeviceCountingKey(snapshot, topology, major, minor, diskseq);
-  };  for (const auto& [key, stats] : snapshot.origins) {
+  };
+  for (const auto& [key, stats] : snapshot.origins) {
     const BlockDevice* device = same_device(key.major, key.minor, key.diskseq);
     const BlockDevice* origin = topology.Find(key.origin_major, key.origin_minor);
     if (device == nullptr || origin == nullptr || (key.op != kOpRead && key.op != kOpWrite)) continue;

@@ -297,7 +297,7 @@ cow_pass() { fio --name=cow --direct=1 --rw=write --bs=1m --size=16m --filename=
 # fresh_remap_link). Before it did, the first leg took the entry and the second member's requests
 # counted under md (exploration boot: nvme2n1's writes all under upper="", 3,239 requests/s).
 stack_raid10() {
-	local i q snap p=$OUT/multi-raid10r
+	local q snap p=$OUT/multi-raid10r
 	# md RAID10 (near 2, 64 KiB chunks), a snapshot on it. Reads of the snapshot cannot page by the
 	# kernel's rule: over non-rotational mirrors read_balance() takes the copy with the fewest pending
 	# requests, so consecutive 4 KiB pieces alternate disks and neither disk holds two contiguous ones: no
