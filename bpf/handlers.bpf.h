@@ -499,15 +499,20 @@ static __always_inline int MW_FN(handle_bio_remap)(struct bio *bio, __u32 from_d
 {
 	struct remap_key from = { .devt = from_devt, .sector = from_sector }, to = {};
 	struct remap_link *chained, link = {};
-	__u64 now = bpf_ktime_get_ns();
 	bool partition_hop;
+	__u64 now;
 
 	to.devt = MW_FN(mw_bio_disk_devt)(bio);
 	to.sector = MW_READ(bio, bi_iter.bi_sector);
 	partition_hop = MW_FN(mw_bio_partition_devt)(bio) == from_devt && from_devt != to.devt;
 	if (partition_hop)
 		from.devt = to.devt;
-	chained = fresh_remap_link(&from, now);
+	chained = bpf_map_lookup_elem(&remap_origin, &from);
+	/* No chain and no hop of its own (a partition's remap of plain I/O, every bio there): no clock read. */
+	if (!chained && (from_devt == to.devt || partition_hop))
+		return 0;
+	now = bpf_ktime_get_ns();
+	chained = fresh_remap_link(&from, chained, now);
 	if (chained) {
 		link.origin = chained->origin;
 		/* A stacking hop's entry stays for the bio's other clones (fresh_remap_link); a partition's
@@ -542,7 +547,10 @@ static __always_inline struct mw_origin_stats *MW_FN(origin_stats_of)(struct bio
 		return NULL;
 	at.devt = MW_FN(mw_bio_disk_devt)(bio);
 	at.sector = MW_READ(bio, bi_iter.bi_sector);
-	link = fresh_remap_link(&at, bpf_ktime_get_ns());
+	link = bpf_map_lookup_elem(&remap_origin, &at);
+	if (!link)
+		return NULL;
+	link = fresh_remap_link(&at, link, bpf_ktime_get_ns());
 	if (!link)
 		return NULL;
 	origin = link->origin;

@@ -334,11 +334,12 @@ struct {
 	__type(value, struct remap_link);
 } remap_origin SEC(".maps");
 
-/* The chain entry at `at`, if a hop left it within MW_REMAP_MAX_AGE_NS of `now_ns`; an older one is deleted. */
-static __always_inline struct remap_link *fresh_remap_link(struct remap_key *at, __u64 now_ns)
+/* `link`, the chain entry looked up at `at`, if a hop left it within MW_REMAP_MAX_AGE_NS of `now_ns`;
+ * an older one is deleted. The caller looks up first and reads the clock only for an entry it found
+ * or a hop it stores. */
+static __always_inline struct remap_link *fresh_remap_link(struct remap_key *at, struct remap_link *link,
+							   __u64 now_ns)
 {
-	struct remap_link *link = bpf_map_lookup_elem(&remap_origin, at);
-
 	if (!link)
 		return NULL;
 	if (now_ns - link->at_ns <= MW_REMAP_MAX_AGE_NS)
