@@ -252,10 +252,14 @@ struct HttpCallbacks {
       auto* conn = new HttpServer::Conn;
       const MHD_ConnectionInfo* info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
       conn->fd = info != nullptr ? info->connect_fd : -1;
+      const MHD_ConnectionInfo* loop = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_DAEMON);
+      for (size_t i = 0; loop != nullptr && i < server->daemons_.size(); ++i)
+        if (server->daemons_[i] == loop->daemon) conn->loop = i;
       conn->waiting_since = std::chrono::steady_clock::now();
       const MHD_ConnectionInfo* peer = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
       conn->client = ClientKey(peer != nullptr ? peer->client_addr : nullptr);
       server->caps_.Add(conn->client);
+      conn->holds_slot = true;
       ++server->counts_->open_connections;
       conn->web = server->web();
       // The TLS session exists and its handshake has not begun: it gets the web config's current
@@ -264,17 +268,16 @@ struct HttpCallbacks {
       if (tls != nullptr && tls->tls_session != nullptr && conn->web->tls &&
           !conn->web->tls->Apply(static_cast<gnutls_session_t>(tls->tls_session)) && conn->fd >= 0) {
         LogWarn("http: cannot set up TLS for a connection: closing it");
-        shutdown(conn->fd, SHUT_RDWR);
-        conn->cut = true;
+        server->Cut(conn);
       }
       server->conns_.insert(conn);
       server->peak_open_ = std::max(server->peak_open_, server->conns_.size());
       *socket_context = conn;
     } else if (*socket_context != nullptr) {
-      // libmicrohttpd closes the socket only after this returns: under conns_mutex_ the reaper
-      // never shuts down a descriptor number that was closed and reused.
+      // libmicrohttpd closes the socket only after this returns: under conns_mutex_ a deadline
+      // cut (CutLateConnections) never shuts down a descriptor number that was closed and reused.
       auto* conn = static_cast<HttpServer::Conn*>(*socket_context);
-      server->caps_.Remove(conn->client);
+      if (conn->holds_slot) server->caps_.Remove(conn->client);
       --server->counts_->open_connections;
       server->conns_.erase(conn);
       delete conn;
@@ -323,7 +326,7 @@ std::unique_ptr<HttpServer> HttpServer::Start(const std::vector<int>& listen_fds
           {MHD_OPTION_LISTEN_SOCKET, listen_fds[next_fd], nullptr},
           {MHD_OPTION_CONNECTION_LIMIT, mhd_limit, nullptr},
           {MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<intptr_t>(o.limits.connection_memory), nullptr},
-          // Inactivity: covers a client that stops reading its response. The reaper covers the rest.
+          // Inactivity: covers a client that stops reading its response. CutLateConnections covers the rest.
           {MHD_OPTION_CONNECTION_TIMEOUT, static_cast<intptr_t>(o.limits.response_stall_timeout.count()), nullptr},
           {MHD_OPTION_NOTIFY_COMPLETED, reinterpret_cast<intptr_t>(&HttpCallbacks::Completed), server.get()},
           {MHD_OPTION_NOTIFY_CONNECTION, reinterpret_cast<intptr_t>(&HttpCallbacks::Connection), server.get()},
@@ -363,7 +366,7 @@ std::unique_ptr<HttpServer> HttpServer::Start(const std::vector<int>& listen_fds
   for (size_t i = 0; i < server->daemons_.size(); ++i) server->heartbeats_[i] = now;
   for (size_t i = 0; i < server->daemons_.size(); ++i)
     server->workers_.emplace_back([s = server.get(), i] { s->Worker(i); });
-  server->reaper_ = std::thread([s = server.get()] { s->ReapLoop(); });
+  server->housekeeper_ = std::thread([s = server.get()] { s->HousekeepingLoop(); });
   // Also without users at start when the web config can be reloaded: a reload may add some.
   if (!o.web.users.empty() || !o.web_config_file.empty())
     server->auth_thread_ = std::thread([s = server.get()] { s->AuthLoop(); });
@@ -396,7 +399,7 @@ void HttpServer::AuthLoop() {
     auth_gate_.Done(job.conn->client, ok, ended - (ThreadCpuTime() - cpu_before), ended);
     explicit_bzero(job.password.data(), job.password.size());
     if (!ok) ++counts_->auth_wrong;
-    // A suspended connection is never closed or timed out by libmicrohttpd, and the reaper
+    // A suspended connection is never closed or timed out by libmicrohttpd, and the deadline
     // skips it (in_request): job.conn is still this connection's. Resuming goes through
     // libmicrohttpd's lock, which orders the write before the event loop's read.
     job.conn->auth = ok ? Conn::Auth::kOk : Conn::Auth::kWrong;
@@ -407,12 +410,50 @@ void HttpServer::AuthLoop() {
 
 void HttpServer::Worker(size_t index) {
   MHD_Daemon* daemon = daemons_[index];
+  auto last_cut = std::chrono::steady_clock::now();
   while (!workers_stop_.load(std::memory_order_relaxed)) {
     // At most 250 ms a pass, events or not: the heartbeat. libmicrohttpd shortens the wait
     // when a connection's timeout comes sooner.
     MHD_run_wait(daemon, 250);
-    heartbeats_[index].store(std::chrono::steady_clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+    const auto now = std::chrono::steady_clock::now();
+    heartbeats_[index].store(now.time_since_epoch().count(), std::memory_order_relaxed);
+    if (now - last_cut >= std::chrono::milliseconds(500)) {
+      CutLateConnections(index);
+      last_cut = now;
+    }
   }
+}
+
+void HttpServer::CutLateConnections(size_t loop) {
+  const auto deadline = std::chrono::steady_clock::now() - options_.limits.request_timeout;
+  std::lock_guard<std::mutex> lock(conns_mutex_);
+  for (Conn* conn : conns_) {
+    if (conn->loop != loop || conn->in_request || conn->cut || conn->fd < 0 || conn->waiting_since > deadline)
+      continue;
+    // Bytes the client sent that wait unread in the socket: the connection waits on this loop,
+    // busy with other scrapes (100 clients on a loaded host, CI), not on its client. A client
+    // trickling bytes finds them read by the next pass, and is cut after it.
+    int unread = 0;
+    if (ioctl(conn->fd, SIOCINQ, &unread) == 0 && unread > 0) continue;
+    // A client that has closed its end (answered, then gone) is closed by the loop's next pass:
+    // not a timeout.
+    char byte;
+    if (recv(conn->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0) continue;
+    Cut(conn);
+    ++counts_->timed_out;
+  }
+}
+
+void HttpServer::Cut(Conn* conn) {
+  // shutdown, not close: the descriptor stays libmicrohttpd's, its event loop sees the end of
+  // the stream and closes the connection itself.
+  shutdown(conn->fd, SHUT_RDWR);
+  conn->cut = true;
+  // The slot now, not when the loop closes the socket: a loop closes the connections it cut only
+  // after accepting what waits (libmicrohttpd 0.9.75 accepts first), so 900 idle connections cut
+  // together and reopened at once were refused by the total cap (127 of them, measured).
+  if (conn->holds_slot) caps_.Remove(conn->client);
+  conn->holds_slot = false;
 }
 
 bool HttpServer::WorkersAlive(std::chrono::steady_clock::duration within) {
@@ -469,20 +510,19 @@ HttpServer::~HttpServer() {
   workers_stop_ = true;
   for (std::thread& worker : workers_) worker.join();
   {
-    std::lock_guard<std::mutex> lock(reaper_mutex_);
+    std::lock_guard<std::mutex> lock(housekeeping_mutex_);
     stopping_ = true;
   }
-  reaper_wake_.notify_all();
-  if (reaper_.joinable()) reaper_.join();
+  housekeeping_wake_.notify_all();
+  if (housekeeper_.joinable()) housekeeper_.join();
   // Closes every connection; no handler runs after it returns (no worker calls in any more).
   for (MHD_Daemon* daemon : daemons_) MHD_stop_daemon(daemon);
 }
 
-void HttpServer::ReapLoop() {
+void HttpServer::HousekeepingLoop() {
   size_t high_water = 0;
-  std::unique_lock<std::mutex> wait_lock(reaper_mutex_);
-  while (!reaper_wake_.wait_for(wait_lock, std::chrono::milliseconds(500), [this] { return stopping_; })) {
-    const auto deadline = std::chrono::steady_clock::now() - options_.limits.request_timeout;
+  std::unique_lock<std::mutex> wait_lock(housekeeping_mutex_);
+  while (!housekeeping_wake_.wait_for(wait_lock, std::chrono::milliseconds(500), [this] { return stopping_; })) {
     if (!options_.web_config_file.empty()) ReloadWebConfigIfChanged();
     size_t open = 0, peak = 0;
     {
@@ -490,19 +530,6 @@ void HttpServer::ReapLoop() {
       open = conns_.size();
       peak = peak_open_;  // a flood may come and go between two passes of this loop
       peak_open_ = open;
-      for (Conn* conn : conns_) {
-        if (conn->in_request || conn->cut || conn->fd < 0 || conn->waiting_since > deadline) continue;
-        // Bytes the client sent that wait unread in the socket: the connection waits on its event
-        // loop, busy with other scrapes (100 clients on a loaded host, CI), not on its client. A
-        // client trickling bytes finds them read within a pass of the loop, and is cut at a later one.
-        int unread = 0;
-        if (ioctl(conn->fd, SIOCINQ, &unread) == 0 && unread > 0) continue;
-        // shutdown, not close: the descriptor stays libmicrohttpd's, its event loop sees the end
-        // of the stream and closes the connection itself.
-        shutdown(conn->fd, SHUT_RDWR);
-        conn->cut = true;
-        ++counts_->timed_out;
-      }
     }
     // After a flood of connections, the heap keeps what their buffers took (glibc returns only
     // a free top of the heap by itself, and fragmentation leaves little free there): hand the

@@ -105,10 +105,14 @@ class HttpServer {
   // Per-connection state, for the request deadline.
   struct Conn {
     int fd = -1;
+    size_t loop = 0;  // index in daemons_ of the event loop that serves it (the only one that may cut it)
     std::chrono::steady_clock::time_point waiting_since;
     bool in_request = false;  // a request is being answered: its response is never cut
     bool answered = false;    // at least one response was sent (waiting_since is then its end)
     bool cut = false;
+    // Counted against the connection caps: from accept until cut or closed. A cut connection gives
+    // its slot back at once, as its client may reconnect before the event loop has closed it.
+    bool holds_slot = false;
     std::shared_ptr<const WebState> web;  // the web config (TLS context) this connection started with
     // A password check handed to the auth thread: the connection is suspended until it is done.
     enum class Auth { kNone, kPending, kOk, kWrong };
@@ -120,12 +124,18 @@ class HttpServer {
   // The web config new connections get now.
   std::shared_ptr<const WebState> web() const;
   // Re-reads the web config file if it or a file it names changed on disk since the last look;
-  // an invalid new one is logged and the last good one kept. Runs every 500 ms on the reaper.
+  // an invalid new one is logged and the last good one kept. Runs every 500 ms on the housekeeping thread.
   void ReloadWebConfigIfChanged();
 
  private:
   HttpServer(HttpOptions options, ScrapeHandler scrape);
-  void ReapLoop();
+  void HousekeepingLoop();
+  // Cuts the connections of event loop `loop` past the request deadline. Runs on that loop's
+  // thread between two of its passes, never beside one: a request libmicrohttpd has read has
+  // then also been handed to Access (in_request) in the same pass.
+  void CutLateConnections(size_t loop);
+  // Ends a connection (shutdown: its event loop then closes it) and frees its slot. Under conns_mutex_.
+  void Cut(Conn* conn);
   int Handle(MHD_Connection* connection, const char* url, const char* method, const char* version);
 
   friend struct HttpCallbacks;
@@ -167,11 +177,11 @@ class HttpServer {
 
   std::mutex conns_mutex_;
   std::set<Conn*> conns_;
-  size_t peak_open_ = 0;  // most connections open at once since the reaper last looked
-  std::mutex reaper_mutex_;
-  std::condition_variable reaper_wake_;
+  size_t peak_open_ = 0;  // most connections open at once since the housekeeping thread last looked
+  std::mutex housekeeping_mutex_;
+  std::condition_variable housekeeping_wake_;
   bool stopping_ = false;
-  std::thread reaper_;
+  std::thread housekeeper_;
 };
 
 }  // namespace mergewatch
