@@ -148,11 +148,15 @@ std::vector<prometheus::MetricFamily> DefenceFamilies(const HttpDefenceCounts& c
       "Requests answered 400 by the daemon's own checks: a NUL or %00 in the target, a target not starting with /, "
       "HTTP/1.1 without Host, a Host not in --web.allowed-hosts.",
       c.bad_requests);
-  prometheus::MetricFamily timed_out = SingleCounter(
+  prometheus::MetricFamily timed_out{
       "mergewatch_http_connections_timed_out_total",
-      "Connections closed because no complete request arrived within the request timeout (from accept, or from the "
-      "end of the previous response): idle keep-alive connections, clients sending a byte now and then.",
-      c.timed_out);
+      "Connections closed by a deadline: request (no complete request within the request timeout, 3 s, of accept or "
+      "of the previous response: idle keep-alive connections, clients sending a byte now and then) or response (the "
+      "client read nothing of its response for 10 s).",
+      prometheus::MetricType::Counter,
+      {}};
+  timed_out.metric = {Counter("reason", "request", c.timed_out_request),
+                      Counter("reason", "response", c.timed_out_response)};
   prometheus::MetricFamily open{"mergewatch_http_connections_open", "HTTP connections open now, this scrape's included.",
                                 prometheus::MetricType::Gauge,
                                 {}};

@@ -94,7 +94,8 @@ struct HttpDefenceCounts {
   std::atomic<uint64_t> refused_per_address{0};
   std::atomic<uint64_t> refused_total{0};
   std::atomic<uint64_t> bad_requests{0};    // 400s of the strictness checks (target, Host)
-  std::atomic<uint64_t> timed_out{0};       // cut by the request deadline (idle, or a byte now and then)
+  std::atomic<uint64_t> timed_out_request{0};   // no complete request in time (idle, or a byte now and then)
+  std::atomic<uint64_t> timed_out_response{0};  // a response the client read nothing of for too long
   std::atomic<int64_t> open_connections{0};
 };
 

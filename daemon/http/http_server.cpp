@@ -235,8 +235,11 @@ struct HttpCallbacks {
     }
     return static_cast<MHD_Result>(server->Handle(connection, url, method, version));
   }
-  static void Completed(void* cls, MHD_Connection* connection, void**, MHD_RequestTerminationCode) {
+  static void Completed(void* cls, MHD_Connection* connection, void**, MHD_RequestTerminationCode code) {
     auto* server = static_cast<HttpServer*>(cls);
+    // libmicrohttpd's inactivity timeout (response_stall_timeout). A request still being read is
+    // cut by our request deadline first, so this is a response its client stopped reading.
+    if (code == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED) ++server->counts_->timed_out_response;
     if (HttpServer::Conn* conn = ConnOf(connection)) {
       std::lock_guard<std::mutex> lock(server->conns_mutex_);
       conn->in_request = false;
@@ -440,7 +443,7 @@ void HttpServer::CutLateConnections(size_t loop) {
     char byte;
     if (recv(conn->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0) continue;
     Cut(conn);
-    ++counts_->timed_out;
+    ++counts_->timed_out_request;
   }
 }
 

@@ -19,6 +19,7 @@ from conftest import DAEMON, free_port
 
 # The README's "Securing the endpoint" names these.
 REQUEST_TIMEOUT_S = 3
+RESPONSE_STALL_TIMEOUT_S = 10
 EXIT_FAILURE, EXIT_LISTEN = 1, 5
 
 
@@ -176,7 +177,39 @@ def test_requests_that_wait_on_a_busy_server_are_answered_not_cut(daemon):
             c.close()
     assert answers == ["HTTP/1.1 200 OK"] * 30, answers
     s = daemon.scrape()
-    assert s[("mergewatch_http_connections_timed_out_total", frozenset())] == 0
+    assert s[("mergewatch_http_connections_timed_out_total", frozenset({("reason", "request")}))] == 0
+
+
+@pytest.mark.privileged
+def test_a_client_that_stops_reading_its_responses_is_cut(daemon):
+    """A client pipelines 1000 scrapes on one connection with a tiny receive buffer and reads none of the
+    answers: once the socket buffers are full the daemon can write no more, and the response stall timeout (10 s)
+    later it closes the connection, counted under reason="response", not before. Another client scrapes every
+    0.5 s all along and is always answered."""
+    def timed_out(reason):
+        return daemon.scrape()[("mergewatch_http_connections_timed_out_total", frozenset({("reason", reason)}))]
+
+    assert timed_out("response") == 0
+    staller = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    staller.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    staller.settimeout(30)
+    staller.connect(("127.0.0.1", daemon.port))
+    try:
+        staller.sendall(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n" * 1000)
+        sent = time.monotonic()
+        cut_after = None
+        while time.monotonic() - sent < RESPONSE_STALL_TIMEOUT_S + 20:
+            with urllib.request.urlopen(f"http://127.0.0.1:{daemon.port}/metrics", timeout=10) as r:
+                assert r.status == 200 and b"mergewatch_build_info" in r.read()
+            if timed_out("response") >= 1:
+                cut_after = time.monotonic() - sent
+                break
+            time.sleep(0.5)
+    finally:
+        staller.close()
+    assert cut_after is not None, "the stalled connection was never cut"
+    assert cut_after >= RESPONSE_STALL_TIMEOUT_S - 0.5, cut_after
+    assert timed_out("response") == 1 and timed_out("request") == 0
 
 
 @pytest.mark.privileged

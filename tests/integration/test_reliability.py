@@ -258,7 +258,7 @@ def test_hundred_concurrent_scrapers_during_io(daemon_factory, loop_device, tmp_
     if results["errors"]:
         raise AssertionError(f"{len(results['errors'])} failed scrapes, e.g. {results['errors'][:3]}; "
                              f"the daemon's defences: {defences}")
-    timed_out = value(s, "mergewatch_http_connections_timed_out_total")
+    timed_out = value(s, "mergewatch_http_connections_timed_out_total", reason="request")
     assert len(results["late"]) <= timed_out, (results["late"], defences)
     assert len(results["late"]) <= 0.01 * results["ok"], (results["late"], results["ok"])
     assert results["ok"] >= 100, results["ok"]

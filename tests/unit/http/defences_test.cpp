@@ -170,7 +170,8 @@ TEST(Defences, CountersAreExportedByReason) {
   counts.auth_wrong = 3;
   counts.refused_per_address = 7;
   counts.open_connections = 2;
-  counts.timed_out = 5;
+  counts.timed_out_request = 5;
+  counts.timed_out_response = 4;
   const auto families = DefenceFamilies(counts, 32, 1024);
   ASSERT_EQ(families.size(), 5u);
   EXPECT_EQ(families[0].name, "mergewatch_http_auth_failures_total");
@@ -179,7 +180,10 @@ TEST(Defences, CountersAreExportedByReason) {
   EXPECT_EQ(families[1].metric[0].label[0].value, "per_address");
   EXPECT_EQ(families[1].metric[0].counter.value, 7);
   EXPECT_EQ(families[3].name, "mergewatch_http_connections_timed_out_total");
+  EXPECT_EQ(families[3].metric[0].label[0].value, "request");
   EXPECT_EQ(families[3].metric[0].counter.value, 5);
+  EXPECT_EQ(families[3].metric[1].label[0].value, "response");
+  EXPECT_EQ(families[3].metric[1].counter.value, 4);
   EXPECT_EQ(families[4].metric[0].gauge.value, 2);
 }
 
