@@ -321,11 +321,16 @@ CollapseEvidence CollapseDetector::Evaluate(const std::string& disk, const Total
   if (const BlockDevice* device = topology.FindByName(disk)) {
     e.nomerges = device->queue.nomerges;
     e.max_request_bytes = static_cast<double>(device->queue.max_sectors_kb) * 1024;
-    for (const std::string& path : device->multipath_paths)  // merging happens in the paths' queues
+    // Merging happens in the paths' queues: the worst path's setting, and the smallest request
+    // any path can build (a path's limit may be set lower than its head's by hand).
+    double smallest_path_limit = 0;
+    for (const std::string& path : device->multipath_paths)
       if (const BlockDevice* p = topology.FindByName(path)) {
         e.nomerges = std::max(e.nomerges, p->queue.nomerges);
-        e.max_request_bytes = static_cast<double>(p->queue.max_sectors_kb) * 1024;
+        const double limit = static_cast<double>(p->queue.max_sectors_kb) * 1024;
+        if (limit > 0 && (smallest_path_limit == 0 || limit < smallest_path_limit)) smallest_path_limit = limit;
       }
+    if (smallest_path_limit > 0) e.max_request_bytes = smallest_path_limit;
   }
   e.requests = delta.requests;
   e.requests_per_second = Ratio(static_cast<double>(delta.requests), seconds);

@@ -481,6 +481,7 @@ TEST(CollapseDetector, WatchesTheMultipathHeadAndNamesThePathQueues) {
     path.hidden = true;
     path.diskseq = static_cast<uint64_t>(10 + c);
     path.multipath_head = "nvme2n1";
+    path.queue.max_sectors_kb = c == 1 ? 128 : 512;  // the first path's limit lowered by hand
     devices.push_back(path);
   }
   CollapsePolicy policy;
@@ -511,6 +512,7 @@ TEST(CollapseDetector, WatchesTheMultipathHeadAndNamesThePathQueues) {
   const std::vector<DiskVerdict> verdicts = detector.Verdicts();
   ASSERT_EQ(verdicts.size(), 1u);  // the head only: the paths are not disks of their own
   EXPECT_DOUBLE_EQ(verdicts[0].evidence.requests_per_second, 6400);
+  EXPECT_DOUBLE_EQ(verdicts[0].evidence.max_request_bytes, 128.0 * 1024);  // the smallest path's, not the last's
   EXPECT_NE(events[0].message.find("nomerges=2 on nvme2c1n1,nvme2c2n1"), std::string::npos) << events[0].message;
   EXPECT_NE(events[0].message.find("/sys/block/nvme2c2n1/queue/nomerges"), std::string::npos) << events[0].message;
 }
