@@ -59,6 +59,27 @@ class LoopDevice:
         if nomerges is not None:
             self.set_queue_attr("nomerges", nomerges)
 
+    def cap_requests_at_one_bio(self):
+        """Sets queue/max_sectors_kb (restored at detach) to the largest read that always reaches the
+        disk as one bio and one request, whatever fio's buffers look like in memory; returns it in KiB.
+
+        A buffer of scattered 4 KiB pages is one physical segment per page. A block device's direct
+        I/O builds bios of at most 256 vecs (BIO_MAX_VECS), and the queue splits a bio at
+        max_segments. At the loop queue's default 1280 KiB (320 pages), a fragmented buffer became
+        two bios, the first split at 128 segments. The split's last piece and the second bio are
+        contiguous and within both limits: a merge the kernel really would do with merging on.
+        bpftrace on 6.18 saw exactly that: 10450 of 18224 reads began with a short bio, with 11612
+        block_split events. Capped at max_segments pages, there were 0 splits and every request was
+        512 KiB, in the same runs."""
+        queue = f"/sys/block/{self.name}/queue"
+        with open(f"{queue}/max_sectors_kb") as f:
+            max_kb = int(f.read())
+        with open(f"{queue}/max_segments") as f:
+            max_segments = int(f.read())
+        max_kb = min(max_kb, max_segments * 4, 256 * 4)
+        self.set_queue_attr("max_sectors_kb", max_kb)
+        return max_kb
+
     def stat(self):
         """(reads completed, reads merged) from /sys/block/X/stat."""
         with open(f"/sys/block/{self.name}/stat") as f:

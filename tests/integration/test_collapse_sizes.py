@@ -50,23 +50,7 @@ def test_requests_at_max_sectors_never_raise_with_merging_off(detector, loop_dev
     could ever be one request, so merging would have built nothing larger and no merge is missed."""
     dev = loop_device(size_mb=256)
     dev.set_queue(scheduler="none", nomerges=2)
-    queue = f"/sys/block/{dev.name}/queue"
-    with open(f"{queue}/max_sectors_kb") as f:
-        max_kb = int(f.read())
-    with open(f"{queue}/max_segments") as f:
-        max_segments = int(f.read())
-    # Each read must reach the disk as one bio and one request, whatever fio's buffers look like
-    # in memory. A buffer of scattered 4 KiB pages is one physical segment per page; a block
-    # device's direct I/O builds bios of at most 256 vecs (BIO_MAX_VECS) and the queue splits a
-    # bio at max_segments. At the loop queue's default 1280 KiB (320 pages), a fragmented
-    # buffer became two bios, the first split at 128 segments. Its last piece and the second
-    # bio are contiguous, and together within both limits: a merge the kernel really would do
-    # with merging on. bpftrace on 6.18 saw exactly that: 10450 of 18224 reads began with a
-    # bio shorter than the read, and there were 11612 block_split events. Without the
-    # fragmentation, every read was one bio. So the request size is capped here at what
-    # max_segments pages of 4 KiB can always carry.
-    max_kb = min(max_kb, max_segments * 4, 256 * 4)
-    dev.set_queue_attr("max_sectors_kb", max_kb)
+    max_kb = dev.cap_requests_at_one_bio()
     started = time.monotonic()
     assert_never_raised(detector, dev, dict(bs=f"{max_kb}k", iodepth=16, batch=16))
     s = detector.scrape()

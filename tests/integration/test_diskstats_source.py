@@ -117,8 +117,7 @@ def test_random_4k_reads_never_page(forced, loop_device):
 def test_large_sequential_reads_never_page(forced, loop_device):
     dev = loop_device(size_mb=256)
     dev.set_queue(scheduler="none", nomerges=2)
-    with open(f"/sys/block/{dev.name}/queue/max_sectors_kb") as f:
-        max_kb = int(f.read())
+    max_kb = dev.cap_requests_at_one_bio()
     assert_quiet(forced, dev, dict(bs=f"{max_kb}k", iodepth=16, batch=16))
 
 
