@@ -76,7 +76,8 @@ class LoopDevice:
             max_kb = int(f.read())
         with open(f"{queue}/max_segments") as f:
             max_segments = int(f.read())
-        max_kb = min(max_kb, max_segments * 4, 256 * 4)
+        page_kib, bio_max_vecs = 4, 256
+        max_kb = min(max_kb, max_segments * page_kib, bio_max_vecs * page_kib)
         self.set_queue_attr("max_sectors_kb", max_kb)
         return max_kb
 
