@@ -166,6 +166,7 @@ ParseResult ParseFlags(int argc, const char* const* argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--version", show_version, "Print the version and exit");
   app.add_option("--debug.fail-after-ticks", config.fail_after_ticks)->group("");  // tests only, not in --help
+  app.add_option("--debug.bpf-loader-hang", config.bpf_loader_hangs)->group("");  // tests only, not in --help
 
   try {
     app.parse(argc, argv);

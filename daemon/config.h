@@ -39,6 +39,9 @@ struct Config {
   // Tests only (hidden flag): the main loop returns an error after this many ticks, so the
   // error exit path runs with scrapes in flight.
   uint32_t fail_after_ticks = 0;
+  // Tests only (hidden flag): the first this many BPF loader processes sleep instead of loading,
+  // so the daemon's bound on a hung load (kLoaderTimeout), its retries and the recovery run for real.
+  uint32_t bpf_loader_hangs = 0;
   // Flags given that no longer do anything: logged at start as warnings.
   std::vector<std::string> deprecated_flags;
 };

@@ -22,6 +22,7 @@
 #include <string>
 
 #include "source/bpf_probes.h"
+#include "source/bpf_retry.h"
 #include "source/diskstats.h"
 #include "source/source.h"
 #include "findings/queue_findings.h"
@@ -149,13 +150,15 @@ void TraceBioLevelWhereNeeded(const Topology& topology, BpfProbes* probes) {
   }
 }
 
-// The evidence sources: the one read now, the BPF programs while they run, and whether a BPF
-// load that failed for a cause that can pass (ENOMEM, EBUSY) is tried again.
+// The evidence sources: the one read now, the BPF programs while they run, and the next try at
+// loading BPF after a failure that can pass (ENOMEM, EBUSY, a loader that did not answer).
 struct Sources {
+  explicit Sources(Duration retry_interval) : retry(retry_interval) {}
   ActiveSource* active = nullptr;
   std::shared_ptr<BpfProbes> bpf;  // null while detection runs on diskstats
-  bool retry_bpf = false;
-  TimePoint last_bpf_try{};
+  BpfRetrySchedule retry;
+  std::unique_ptr<LoaderProcess> loading;  // a retry's load in flight: the main loop polls its socket
+  uint32_t loads_started = 0;
   std::set<std::string> without_statistics;  // disks reported as unseen by diskstats (iostats=0)
 };
 
@@ -177,36 +180,49 @@ void ReportDisksWithoutStatistics(const Topology& topology, Sources* sources) {
   sources->without_statistics = std::move(now);
 }
 
-std::shared_ptr<BpfProbes> LoadBpf(const Config& config, ProbeError* kind, std::string* error) {
+// The options of the next loader process (counted, for --debug.bpf-loader-hang).
+ProbeOptions LoaderOptions(const Config& config, Sources* sources) {
   ProbeOptions options;
   options.btf_path = config.btf_path;
   options.inflight_entries = config.inflight_entries;
   options.program_type = config.program_type;
-  return std::shared_ptr<BpfProbes>(BpfProbes::Load(options, kind, error));
+  options.loader_hangs = sources->loads_started++ < config.bpf_loader_hangs;
+  return options;
 }
 
-// At each --topology.refresh-interval while on diskstats after a BPF failure that can pass. The
-// loader forks (bpf_loader.h) while the HTTP thread runs: the child only loads and answers, and a
-// child that hangs is killed at the loader's timeout; the next refresh tries again.
-void RetryBpf(const Config& config, Sources* sources, const Topology& topology,
-              std::shared_ptr<BpfProbes>* published) {
-  const TimePoint now = TopologyKeeper::Now();
-  if (!sources->retry_bpf || now - sources->last_bpf_try < config.topology_refresh) return;
-  sources->last_bpf_try = now;
+std::string RetryPlan(const BpfRetrySchedule& retry) {
+  if (!retry.planned())
+    return "BPF is not tried again (the cause needs an operator; --source=bpf exits instead)";
+  return "BPF is tried again in " +
+         std::to_string(std::chrono::duration_cast<std::chrono::seconds>(retry.delay()).count()) + " s";
+}
+
+// While on diskstats after a BPF failure that can pass: starts the loader when a try is due; it
+// runs beside the main loop, which polls its socket (ServeUntilSignal) and calls FinishBpfRetry.
+void StartBpfRetry(const Config& config, Sources* sources, TimePoint now) {
+  if (sources->loading || !sources->retry.Due(now)) return;
+  LogInfo("trying to load the BPF programs again");
+  sources->loading = LoaderProcess::Start(LoaderOptions(config, sources), now);
+}
+
+// The retry's loader answered, died, or passed its deadline (give_up): switch to BPF, or plan the next try.
+void FinishBpfRetry(Sources* sources, bool give_up, const Topology& topology,
+                    std::shared_ptr<BpfProbes>* published) {
+  std::unique_ptr<LoaderProcess> loading = std::move(sources->loading);
   ProbeError kind = ProbeError::kNone;
   std::string error;
-  std::shared_ptr<BpfProbes> probes = LoadBpf(config, &kind, &error);
+  std::shared_ptr<BpfProbes> probes = BpfProbes::FromReply(loading->Finish(give_up), &kind, &error);
+  loading.reset();
   if (!probes) {
-    sources->retry_bpf = BpfFailureCanPass(kind, error);
-    LogWarn("BPF still cannot run (" + error + "): detection stays on diskstats" +
-            (sources->retry_bpf ? ", trying again at the next topology refresh" : ", not tried again"));
+    sources->retry.Failed(TopologyKeeper::Now(), kind, error);
+    LogWarn("BPF still cannot run (" + error + "): detection stays on diskstats; " + RetryPlan(sources->retry));
     sources->active->SetStatus(DiskstatsStatus(error));
     return;
   }
   TraceBioLevelWhereNeeded(topology, probes.get());
   sources->bpf = probes;
   std::atomic_store(published, probes);
-  sources->retry_bpf = false;
+  sources->retry.Succeeded();
   sources->active->Switch(probes, SourceStatus{});
   LogInfo("attached " + std::to_string(probes->attached_count()) + " BPF programs using " + probes->mode() +
           ": detection runs on BPF again (full evidence)");
@@ -351,9 +367,12 @@ int ServeUntilSignal(const Config& config, Sources& sources, std::shared_ptr<Bpf
   while (exit_signal == 0) {
     TimePoint wake = next_tick;
     if (watch.pending()) wake = std::min(wake, watch.due());
+    if (sources.loading) wake = std::min(wake, sources.loading->deadline());
     const auto wait = std::chrono::ceil<std::chrono::milliseconds>(wake - TopologyKeeper::Now()).count();
-    pollfd fds[2] = {{signal_fd, POLLIN, 0}, {watch.fd(), POLLIN, 0}};
-    const int ready = poll(fds, watch.fd() >= 0 ? 2 : 1, static_cast<int>(std::max<int64_t>(wait, 0)));
+    // A descriptor of -1 is skipped by poll(): no device events, no load in flight.
+    const int loader_fd = sources.loading ? sources.loading->fd() : -1;
+    pollfd fds[3] = {{signal_fd, POLLIN, 0}, {watch.fd(), POLLIN, 0}, {loader_fd, POLLIN, 0}};
+    const int ready = poll(fds, 3, static_cast<int>(std::max<int64_t>(wait, 0)));
     if (ready < 0 && errno != EINTR) {
       LogError(std::string("poll: ") + strerror(errno));
       close(signal_fd);
@@ -393,6 +412,12 @@ int ServeUntilSignal(const Config& config, Sources& sources, std::shared_ptr<Bpf
           "rescanned block devices after " + *why + ": " + std::to_string(topology->current()->devices().size()) +
               " devices");
     }
+    if (sources.loading) {
+      const bool answered = ready > 0 && (fds[2].revents & (POLLIN | POLLHUP | POLLERR));
+      const bool give_up = !answered && TopologyKeeper::Now() >= sources.loading->deadline();
+      if (answered || give_up || sources.loading->fd() < 0)
+        FinishBpfRetry(&sources, give_up, *topology->current(), published);
+    }
     const TimePoint now = TopologyKeeper::Now();
     if (now >= next_tick || rescanned) {
       // Fed only while every HTTP event loop has come round within the watchdog interval: a
@@ -409,7 +434,7 @@ int ServeUntilSignal(const Config& config, Sources& sources, std::shared_ptr<Bpf
           reported_stuck = true;
         }
       }
-      RetryBpf(config, &sources, *topology->current(), published);
+      StartBpfRetry(config, &sources, now);
       Tick(sources, namer, topology, detector, state);
       next_tick = now + tick;
       if (config.fail_after_ticks != 0 && ++ticks >= config.fail_after_ticks) {
@@ -556,7 +581,7 @@ int RunDaemon(const Config& config) {
     Fail("--source: \"" + config.source + "\" is not auto, bpf or diskstats", kExitUsage);
     return kExitUsage;
   }
-  Sources sources;
+  Sources sources(config.topology_refresh);
   SourceStatus source_status;
   if (choice == SourceChoice::kDiskstats) {
     source_status = DiskstatsStatus("--source=diskstats");
@@ -565,10 +590,9 @@ int RunDaemon(const Config& config) {
   } else {
     SdNotify("STATUS=loading BPF programs");
     ProbeError kind = ProbeError::kNone;
-    // Forks the loader child (bpf_loader.h): keep this before the first thread (the HTTP server's),
-    // so the child is a copy of a single-threaded process with no lock held.
-    sources.bpf = LoadBpf(config, &kind, &error);
-    sources.last_bpf_try = TopologyKeeper::Now();
+    // Waits for the loader (kLoaderTimeout at most, well inside TimeoutStartSec; systemd's
+    // watchdog starts only at READY=1).
+    sources.bpf = BpfProbes::Load(LoaderOptions(config, &sources), &kind, &error);
     if (!sources.bpf && choice == SourceChoice::kBpf) {
       Fail(error, ExitCodeFor(kind));
       return ExitCodeFor(kind);
@@ -581,12 +605,11 @@ int RunDaemon(const Config& config) {
       // Only a verifier refusal is lockdown's doing: a missing capability is refused first, and says so.
       if (kind == ProbeError::kLoad && LockdownMode(config.sysfs_root) == "confidentiality")
         error = "kernel lockdown=confidentiality (BPF may not read kernel memory): " + error;
-      sources.retry_bpf = BpfFailureCanPass(kind, error);
+      sources.retry.Failed(TopologyKeeper::Now(), kind, error);
       source_status = DiskstatsStatus(error);
       LogWarn("BPF cannot run: " + error + ". Detection runs on diskstats instead (reduced evidence: no "
               "per-request sizes, missed merges, latencies or remap origins; see mergewatch_detection_info); " +
-              (sources.retry_bpf ? "BPF is tried again at each topology refresh"
-                                 : "BPF is not tried again (the cause needs an operator; --source=bpf exits instead)"));
+              RetryPlan(sources.retry));
     }
   }
   std::shared_ptr<SnapshotSource> first_source = sources.bpf;
@@ -673,7 +696,8 @@ int RunDaemon(const Config& config) {
   state.reset();
   const bool had_bpf = sources.bpf != nullptr;
   std::atomic_store(&published_bpf, std::shared_ptr<BpfProbes>());
-  sources = Sources{};
+  sources.loading.reset();  // a retry's loader still running is killed and reaped
+  sources.bpf.reset();
   active.Switch(nullptr, active.status());  // the last owner of the probes: destroys every link
   LogInfo(had_bpf ? "BPF programs detached, exiting" : "exiting");
   return kExitOk;

@@ -173,6 +173,8 @@ bool ParseLogFormat(const std::string& text, LogFormat* format) {
 }
 
 void SetLogFormat(LogFormat format) { g_format = static_cast<int>(format); }
+LogFormat CurrentLogFormat() { return static_cast<LogFormat>(g_format.load()); }
+LogLevel CurrentLogLevel() { return static_cast<LogLevel>(g_min_level.load()); }
 
 bool ParseLogLevel(const std::string& text, LogLevel* level) {
   for (LogLevel l : {LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarn, LogLevel::kError}) {

@@ -23,6 +23,9 @@ bool ParseLogFormat(const std::string& text, LogFormat* format);
 void SetLogFormat(LogFormat format);
 
 void SetLogLevel(LogLevel level);
+// What SetLogLevel and SetLogFormat last set (the BPF loader process is started with the same).
+LogLevel CurrentLogLevel();
+LogFormat CurrentLogFormat();
 bool LogEnabled(LogLevel level);
 
 // Writes one line: level=<l> msg="<message>" (message quoted and escaped for logfmt).

@@ -3,12 +3,16 @@
 #include <malloc.h>
 
 #include <cstdio>
+#include <cstring>
 
 #include "config.h"
 #include "daemon.h"
 #include "exit_codes.h"
+#include "source/bpf_loader.h"
 
 int main(int argc, char** argv) {
+  // The BPF loader: this binary started again by the daemon (bpf_loader.h), single-threaded.
+  if (argc > 1 && strcmp(argv[1], mergewatch::kLoaderModeFlag) == 0) return mergewatch::RunLoaderMode(argc, argv);
   // One malloc arena: scrapes are serialized by the collector's lock, so per-thread arenas for
   // the HTTP server's threads only kept freed scrape buffers resident (3 MiB more RSS measured
   // with 8 concurrent scrapers of 99 devices, under civetweb's thread-per-connection).

@@ -16,13 +16,11 @@
 #include <string>
 #include <vector>
 
+#include "clock.h"
 #include "source/snapshot.h"
 #include "topology/topology.h"
 
 namespace mergewatch {
-
-using Duration = std::chrono::nanoseconds;
-using TimePoint = std::chrono::nanoseconds;  // monotonic time since an arbitrary epoch
 
 // "250ms", "10s", "2m", "1h" -> duration; false on anything else (no unit, negative, garbage).
 bool ParseDuration(const std::string& text, Duration* out);

@@ -10,10 +10,15 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdarg>
 #include <cstring>
 #include <deque>
@@ -352,13 +357,13 @@ bool SendReply(int sock, const std::string& bytes, const std::vector<int>& fds) 
   return sent == static_cast<ssize_t>(bytes.size());
 }
 
-// The child's whole life after the fork. Nothing may unwind past it: an exception would carry
-// the child into the daemon's code below the fork, as a second daemon.
-[[noreturn]] void RunChild(int sock, const ProbeOptions& options, pid_t parent) {
-  // Should the daemon die while we load, the loader goes too instead of holding programs alone
-  // (checked once more after the prctl: the daemon may have died before it).
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != parent) _exit(1);
+// The loader process's whole life, from RunLoaderMode: load, answer, exit. `hang` (a test hook)
+// sleeps until the daemon kills it at the bound instead.
+int LoadAndAnswer(int sock, const ProbeOptions& options) {
+  if (options.loader_hangs) {
+    LogInfo("BPF loader: --debug.bpf-loader-hang: sleeping until mergewatchd gives up on this load");
+    for (;;) pause();
+  }
   int code = 2;  // an exception even while answering: the parent reports this exit status
   try {
     LoadReply reply;
@@ -378,26 +383,12 @@ bool SendReply(int sock, const std::string& bytes, const std::vector<int>& fds) 
     code = SendReply(sock, bytes, fds) ? 0 : 1;
   } catch (...) {
   }
-  // _exit, not exit: the parent's atexit handlers and stdio buffers are the parent's.
-  _exit(code);
+  return code;
 }
 
-// One message from the child, its descriptors into *fds (close-on-exec). False with a reason
-// on timeout, EOF (the child died without answering) or a truncated message.
-bool ReceiveReply(int sock, std::string* bytes, std::vector<int>* fds, std::string* error, bool* timed_out) {
-  pollfd pfd{sock, POLLIN, 0};
-  int ready;
-  do ready = poll(&pfd, 1, kLoaderTimeoutMs);
-  while (ready < 0 && errno == EINTR);
-  if (ready == 0) {
-    *timed_out = true;
-    *error = "no answer within " + std::to_string(kLoaderTimeoutMs / 1000) + " s";
-    return false;
-  }
-  if (ready < 0) {
-    *error = std::string("poll: ") + strerror(errno);
-    return false;
-  }
+// One message from the child, its descriptors into *fds (close-on-exec). Called once the socket
+// is readable. False with a reason on EOF (the child died without answering) or a truncated message.
+bool ReceiveReply(int sock, std::string* bytes, std::vector<int>* fds, std::string* error) {
   bytes->assign(kMaxReplyBytes + 1, '\0');
   iovec iov{bytes->data(), bytes->size()};
   std::vector<char> control(CMSG_SPACE(sizeof(int) * kMaxReplyFds));
@@ -618,47 +609,189 @@ std::string DescribeWaitStatus(int status) {
   return "ended with wait status " + std::to_string(status);
 }
 
-LoadReply LoadInChild(const ProbeOptions& options) {
-  int sv[2];
-  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
-    return Failure(ProbeError::kLoad, std::string("cannot create the BPF loader's socket: ") + strerror(errno));
-  // Both sides: the child's libbpf explains a failed load, the daemon's own calls (map reads)
-  // log through us instead of libbpf's raw default printer.
+// ---- the loader process: this binary run again in loader mode (posix_spawn), so that the child
+// starts single-threaded from main() and never runs code of the threaded daemon after a fork
+// (a fork of the daemon while an HTTP thread held the logger's or malloc's lock would hang).
+
+namespace {
+
+// The loader's end of the socket in the child, where posix_spawn's dup2 puts it.
+constexpr int kLoaderSocketFd = 3;
+
+std::string LoaderExecutable() { return "/proc/self/exe"; }
+
+// Closes every descriptor above the socket: a loader holds nothing of the daemon's (listening
+// sockets passed by systemd have no close-on-exec flag).
+void CloseInheritedDescriptors() {
+#ifdef SYS_close_range
+  if (syscall(SYS_close_range, kLoaderSocketFd + 1, ~0u, 0) == 0) return;
+#endif
+  rlimit limit{};
+  const rlim_t last = getrlimit(RLIMIT_NOFILE, &limit) == 0 ? std::min<rlim_t>(limit.rlim_cur, 65536) : 1024;
+  for (rlim_t fd = kLoaderSocketFd + 1; fd < last; ++fd) close(static_cast<int>(fd));
+}
+
+bool ParseUnsigned(const char* text, unsigned long long max, unsigned long long* out) {
+  if (text == nullptr || *text == '\0') return false;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = strtoull(text, &end, 10);
+  if (errno != 0 || *end != '\0' || v > max) return false;
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+int RunLoaderMode(int argc, const char* const* argv) {
+  // argv: mergewatchd --internal.bpf-loader PARENT_PID BTF_PATH INFLIGHT_ENTRIES PROGRAM_TYPE LOG_LEVEL
+  //       LOG_FORMAT HANG; the socket at descriptor 3.
+  unsigned long long parent = 0, entries = 0, level = 0, format = 0, hang = 0;
+  if (argc != 9 || !ParseUnsigned(argv[2], 1u << 30, &parent) || !ParseUnsigned(argv[4], 1u << 31, &entries) ||
+      !ParseUnsigned(argv[6], static_cast<int>(LogLevel::kError), &level) ||
+      !ParseUnsigned(argv[7], static_cast<int>(LogFormat::kJson), &format) || !ParseUnsigned(argv[8], 1, &hang)) {
+    fprintf(stderr, "%s: mergewatchd starts this mode itself; it is not for use by hand\n", kLoaderModeFlag);
+    return kLoaderUsageExit;
+  }
+  // Should the daemon die while we load, the loader goes too instead of holding programs alone
+  // (checked once more after the prctl: the daemon may have died before it).
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != static_cast<pid_t>(parent)) return 1;
+  CloseInheritedDescriptors();
+  SetLogLevel(static_cast<LogLevel>(level));
+  SetLogFormat(static_cast<LogFormat>(format));
   libbpf_set_print(LibbpfPrint);
-  fflush(nullptr);  // nothing buffered is written twice
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) {
-    const int err = errno;
-    close(sv[0]);
+  ProbeOptions options;
+  options.btf_path = argv[3];
+  options.inflight_entries = static_cast<uint32_t>(entries);
+  options.program_type = argv[5];
+  options.loader_hangs = hang != 0;
+  return LoadAndAnswer(kLoaderSocketFd, options);
+}
+
+std::unique_ptr<LoaderProcess> LoaderProcess::Start(const ProbeOptions& options, TimePoint now) {
+  std::unique_ptr<LoaderProcess> process(new LoaderProcess);
+  process->deadline_ = now + kLoaderTimeout;
+  // The daemon's own calls (map reads) log through us instead of libbpf's raw default printer.
+  libbpf_set_print(LibbpfPrint);
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+    process->result_ = Failure(ProbeError::kLoad, std::string("cannot create the BPF loader's socket: ") + strerror(errno));
+    return process;
+  }
+  const std::string parent = std::to_string(getpid());
+  const std::string entries = std::to_string(options.inflight_entries);
+  const std::string level = std::to_string(static_cast<int>(CurrentLogLevel()));
+  const std::string format = std::to_string(static_cast<int>(CurrentLogFormat()));
+  const std::string exe = LoaderExecutable();
+  const char* argv[] = {exe.c_str(),     kLoaderModeFlag, parent.c_str(), options.btf_path.c_str(),
+                        entries.c_str(), options.program_type.c_str(), level.c_str(), format.c_str(),
+                        options.loader_hangs ? "1" : "0", nullptr};
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawnattr_init(&attr);
+  // dup2 onto 3 clears close-on-exec on the copy. A descriptor dup2'ed onto itself would keep the
+  // flag (and the loader would start without its socket), so an end that is 3 already moves up first.
+  int child_end = sv[1];
+  if (child_end == kLoaderSocketFd) {
+    child_end = fcntl(sv[1], F_DUPFD_CLOEXEC, kLoaderSocketFd + 1);
     close(sv[1]);
-    return Failure(ProbeError::kLoad, std::string("cannot start the BPF loader process: ") + strerror(err));
+    sv[1] = child_end;
   }
-  if (pid == 0) {
+  posix_spawn_file_actions_adddup2(&actions, child_end, kLoaderSocketFd);
+  // The daemon blocks its signals in every thread and ignores SIGPIPE: the loader starts with
+  // neither, so SIGKILL aside a SIGTERM from an operator ends it too.
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGPIPE);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  fflush(nullptr);
+  pid_t pid = -1;
+  const int err = child_end < 0 ? errno
+                                : posix_spawn(&pid, exe.c_str(), &actions, &attr, const_cast<char* const*>(argv),
+                                              environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (sv[1] >= 0) close(sv[1]);
+  if (err != 0) {
     close(sv[0]);
-    RunChild(sv[1], options, parent);
+    process->result_ = Failure(ProbeError::kLoad, "cannot start the BPF loader process (" + exe + "): " + strerror(err));
+    return process;
   }
-  close(sv[1]);
+  process->pid_ = pid;
+  process->sock_ = sv[0];
+  return process;
+}
+
+LoaderProcess::~LoaderProcess() {
+  if (pid_ > 0 || sock_ >= 0) {
+    LoadReply reply = Finish(/*give_up=*/true);
+    CloseReplyFds(&reply);
+  }
+}
+
+LoadReply LoaderProcess::Finish(bool give_up) {
+  if (pid_ <= 0) {
+    if (sock_ >= 0) close(sock_);
+    sock_ = -1;
+    return std::move(result_);
+  }
   std::string bytes, why;
   std::vector<int> fds;
-  bool timed_out = false;
-  const bool received = ReceiveReply(sv[0], &bytes, &fds, &why, &timed_out);
-  close(sv[0]);
-  if (timed_out) kill(pid, SIGKILL);  // the pid is ours until reaped below: no other process is hit
+  bool received = false;
+  if (!give_up) {
+    received = ReceiveReply(sock_, &bytes, &fds, &why);
+  }
+  close(sock_);
+  sock_ = -1;
+  if (give_up) kill(pid_, SIGKILL);  // the pid is ours until reaped below: no other process is hit
   int status = 0;
   pid_t reaped;
-  do reaped = waitpid(pid, &status, 0);
+  // A child that answered exits at once; one that did not is killed above. Either way this is short.
+  do reaped = waitpid(pid_, &status, 0);
   while (reaped < 0 && errno == EINTR);
-  const std::string exit_text =
-      reaped == pid ? DescribeLoaderExit(status, timed_out) : std::string("could not be reaped");
+  const pid_t pid = pid_;
+  pid_ = -1;
+  const std::string exit_text = reaped == pid ? DescribeLoaderExit(status, give_up) : std::string("could not be reaped");
   LoadReply reply;
   const bool decoded = received && DecodeLoadReply(bytes, fds, &reply, &why);
   if (!decoded) CloseAll(fds);
   const bool clean_exit = reaped == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
   if (decoded && clean_exit) return reply;
   if (decoded) CloseReplyFds(&reply);
+  if (give_up) {
+    const auto bound = std::chrono::duration_cast<std::chrono::seconds>(kLoaderTimeout).count();
+    return Failure(ProbeError::kTimeout, "the BPF loader process (pid " + std::to_string(pid) +
+                                             ") did not answer within " + std::to_string(bound) +
+                                             " s and was killed (a load takes about a second)");
+  }
   return Failure(ProbeError::kLoad, "the BPF loader process (pid " + std::to_string(pid) + ") " + exit_text +
                                         (why.empty() ? "" : ": " + why));
+}
+
+LoadReply LoadInChild(const ProbeOptions& options) {
+  const auto now = [] { return TimePoint(std::chrono::steady_clock::now().time_since_epoch()); };
+  std::unique_ptr<LoaderProcess> process = LoaderProcess::Start(options, now());
+  bool give_up = false;
+  if (process->fd() >= 0) {
+    for (;;) {
+      const TimePoint left = process->deadline() - now();
+      if (left <= TimePoint::zero()) {
+        give_up = true;
+        break;
+      }
+      pollfd pfd{process->fd(), POLLIN, 0};
+      const int ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(left).count()) + 1;
+      const int ready = poll(&pfd, 1, ms);
+      if (ready > 0) break;
+      if (ready < 0 && errno != EINTR) break;  // Finish reports what the socket says
+    }
+  }
+  return process->Finish(give_up);
 }
 
 }  // namespace mergewatch

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Loads and attaches the BPF programs in a short-lived child process, which hands the map,
-// program and link descriptors back over a socketpair (SCM_RIGHTS) and exits.
+// program and link descriptors back over a socketpair (SCM_RIGHTS) and exits. The child is this
+// binary started again in loader mode (posix_spawn of /proc/self/exe, RunLoaderMode), never a
+// fork of the daemon: a fork while an HTTP thread holds a lock (the logger's, malloc's) would
+// leave the child waiting on it forever.
 //
 // Why a child: libbpf parses the kernel's whole BTF (5.5 MB, ~12 MiB at its peak) to find
 // each tp_btf program's attach target, and we parse it once more for the tracepoint arities.
@@ -12,11 +15,14 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <linux/types.h>
+#include <sys/types.h>
 
+#include "clock.h"
 #include "mergewatch/abi.h"
 
 namespace mergewatch {
@@ -25,12 +31,16 @@ struct ProbeOptions {
   std::string btf_path = "/sys/kernel/btf/vmlinux";
   uint32_t inflight_entries = MW_DEFAULT_INFLIGHT_ENTRIES;
   std::string program_type = "auto";  // auto, tp_btf or raw_tp (--bpf.program-type)
+  // Tests only (--debug.bpf-loader-hang): the loader process sleeps instead of loading, until the
+  // daemon gives up on it at kLoaderTimeout.
+  bool loader_hangs = false;
 };
 
 // Why loading failed, so main can pick the exit code and the advice. kLockdown: the kernel's
 // confidentiality lockdown refuses what the programs need (bpf_probe_read_kernel); a source
-// without BPF can stand in (issue 23), retrying cannot help.
-enum class ProbeError { kNone, kNoBtf, kNoPrivilege, kLoad, kLockdown };
+// without BPF can stand in, retrying cannot help. kTimeout: the loader process did not answer
+// within kLoaderTimeout and was killed (never sent by a loader: the daemon decides it).
+enum class ProbeError { kNone, kNoBtf, kNoPrivilege, kLoad, kLockdown, kTimeout };
 
 // Does this failed load come from confidentiality lockdown? `lockdown` is the text of
 // /sys/kernel/security/lockdown ("none integrity [confidentiality]": the bracketed mode is
@@ -115,11 +125,48 @@ std::string DescribeLoaderExit(int status, bool killed_by_us);
 
 // The most descriptors one reply may carry (the kernel's SCM_MAX_FD).
 constexpr size_t kMaxReplyFds = 253;
-// How long the parent waits for the child's answer before killing it.
-constexpr int kLoaderTimeoutMs = 120'000;
+// How long the daemon waits for the loader's answer before killing it. A load takes about a
+// second (the verifier on nine programs); the bound stays well below the unit's WatchdogSec (30 s)
+// and TimeoutStartSec (60 s), so a hung load at start ends in diskstats or an exit long before
+// systemd would kill the daemon.
+constexpr Duration kLoaderTimeout = std::chrono::seconds(20);
 
-// Forks the loader, waits for its reply (or EOF or the timeout), reaps it. Always returns a
-// reply: on any failure of the child itself, kind is kLoad with the reason.
+// argv[1] of the loader mode; main() hands such a command line to RunLoaderMode.
+constexpr const char* kLoaderModeFlag = "--internal.bpf-loader";
+// The loader mode's exit status for a command line it does not take.
+constexpr int kLoaderUsageExit = 2;
+// The loader process's main: loads, sends the reply over descriptor 3, returns the exit status.
+int RunLoaderMode(int argc, const char* const* argv);
+
+// One load in flight: the loader process and its socket. The daemon's main loop polls fd() beside
+// its other descriptors and calls Finish once it is readable or deadline() has passed, so a load
+// never blocks the loop (the watchdog and the scrapes go on while the verifier runs or a load hangs).
+class LoaderProcess {
+ public:
+  // Starts the loader. A process that could not start is returned finished: fd() is -1 and
+  // Finish() returns the reason at once.
+  static std::unique_ptr<LoaderProcess> Start(const ProbeOptions& options, TimePoint now);
+  // Readable once the answer (or the loader's end: EOF) is there; -1 if it never started.
+  int fd() const { return sock_; }
+  TimePoint deadline() const { return deadline_; }
+  // Reads the answer and reaps the loader; with give_up (the deadline passed) kills it first and
+  // returns kTimeout. Call once.
+  LoadReply Finish(bool give_up);
+  // Kills and reaps a loader still running, closing what it sent.
+  ~LoaderProcess();
+  LoaderProcess(const LoaderProcess&) = delete;
+  LoaderProcess& operator=(const LoaderProcess&) = delete;
+
+ private:
+  LoaderProcess() = default;
+  pid_t pid_ = -1;
+  int sock_ = -1;
+  TimePoint deadline_{};
+  LoadReply result_;  // the failure, when the process never started
+};
+
+// Starts the loader and waits for it (kLoaderTimeout at most). Always returns a reply: on any
+// failure of the child itself, kind is kLoad (kTimeout when it did not answer) with the reason.
 LoadReply LoadInChild(const ProbeOptions& options);
 
 }  // namespace mergewatch

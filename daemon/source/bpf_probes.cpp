@@ -15,7 +15,10 @@ namespace mergewatch {
 
 std::unique_ptr<BpfProbes> BpfProbes::Load(const ProbeOptions& options, ProbeError* error_kind,
                                            std::string* error) {
-  LoadReply reply = LoadInChild(options);
+  return FromReply(LoadInChild(options), error_kind, error);
+}
+
+std::unique_ptr<BpfProbes> BpfProbes::FromReply(LoadReply reply, ProbeError* error_kind, std::string* error) {
   if (reply.kind != ProbeError::kNone) {
     *error_kind = reply.kind;
     *error = reply.error;
