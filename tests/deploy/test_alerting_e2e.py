@@ -226,8 +226,8 @@ class AlertPath:
                 parts.append(f"--- {what}: {e}")
         try:
             if self.web_tls:
-                text = self.web_tls.get(f"https://127.0.0.1:{self.daemon_port}/metrics",
-                                        password=self.web_tls.password)[1]
+                text = self.web_tls.checked_get(f"https://127.0.0.1:{self.daemon_port}/metrics",
+                                                password=self.web_tls.password)[1]
             else:
                 text = http_get(f"http://127.0.0.1:{self.daemon_port}/metrics")[1]
             parts.append("--- daemon collapse series ---\n" + "\n".join(
@@ -495,13 +495,15 @@ def test_web_config_tls_and_basic_auth(workdir, processes, web_tls):
 
     daemon, port = start_daemon(processes, f"--web.config.file={web_tls.config}")
     url = f"https://127.0.0.1:{port}/metrics"
-    status, body, _ = web_tls.get(url, password=web_tls.password)
+    status, body, _ = web_tls.checked_get(url, password=web_tls.password)
     assert status == 200 and "mergewatch_build_info" in body
     for password in ("wrong", None):
-        status, body, headers = web_tls.get(url, password=password)
+        status, body, headers = web_tls.checked_get(url, password=password)
         assert status == 401 and "mergewatch_build_info" not in body, (status, body)
         assert headers.get("WWW-Authenticate", "").startswith("Basic realm="), headers
-    status, _, _ = web_tls.get(url, user="someone", password=web_tls.password)
+    # Right after a failed check the gate may answer 429 (Retry-After) instead of checking: checked_get
+    # waits it out, so this asserts the check's own verdict.
+    status, _, _ = web_tls.checked_get(url, user="someone", password=web_tls.password)
     assert status == 401
     import urllib.error
     with pytest.raises((urllib.error.URLError, ConnectionError, OSError)) as plain:
