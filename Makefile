@@ -81,13 +81,14 @@ BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Werror \
 CLANG_BPF_SYS_INCLUDES = $(shell $(CLANG) -v -E - </dev/null 2>&1 \
 	| sed -n '/<...> search starts here:/,/End of search list./{ s| \(/.*\)|-idirafter \1|p }')
 
-.PHONY: all build daemon cli run test test-unit test-privileged test-deploy test-vm install uninstall clean deps \
+.PHONY: all build daemon cli run test check test-unit test-privileged test-deploy test-vm install uninstall clean deps \
 	deps-run help test-sanitize test-fuzz deps-reliability
 
 help:
 	@echo 'mergewatch targets:'
 	@echo '  make run             install the run deps, build and run mergewatchd as root (RUN_ARGS="--flag=value ...")'
 	@echo '  make test            install all deps, build, run every test: unit, sanitizers, fuzz, privileged, deploy, VM'
+	@echo '  make check           the fast tier (no VM, no loop devices): unit, sanitizers, fuzz, deploy; about 6 minutes'
 	@echo '  make all             install the run deps and build $(DAEMON) and $(CLI)'
 	@echo '  make build           build $(DAEMON), $(CLI) and the unit tests (no package installs)'
 	@echo '  make cli             build $(CLI), the on-call command (mergewatch status, mergewatch top)'
@@ -152,22 +153,36 @@ run: all
 REPORTS := $(BUILD)/reports
 # Golden update mode compares nothing: a test run in it must not be taken for a pass. Any value
 # counts (the tests check that the variable exists, not what it says).
-ifneq ($(filter test,$(MAKECMDGOALS)),)
+ifneq ($(filter test check,$(MAKECMDGOALS)),)
 ifneq ($(origin MERGEWATCH_UPDATE_GOLDEN),undefined)
-$(error make test: MERGEWATCH_UPDATE_GOLDEN is set, which rewrites the golden files instead of checking them; unset it (rewrite goldens with MERGEWATCH_UPDATE_GOLDEN=1 $(BUILD)/mergewatch_unit_tests, review the diff, then run make test))
+$(error make $(filter test check,$(MAKECMDGOALS)): MERGEWATCH_UPDATE_GOLDEN is set, which rewrites the golden files instead of checking them; unset it (rewrite goldens with MERGEWATCH_UPDATE_GOLDEN=1 $(BUILD)/mergewatch_unit_tests, review the diff, then run make test))
 endif
 endif
+# The suites that need no VM and no loop device: make check runs them alone (the fast tier, under
+# 10 minutes here), make test first. The deploy suite runs beside the sanitizer and fuzz builds.
+define run_fast_suites
+$(MAKE) --no-print-directory test-unit || status=1; \
+echo "make $@: the deploy suite runs beside the sanitizer and fuzz builds; its output follows theirs" \
+	"($(REPORTS)/deploy.log)"; \
+$(MAKE) --no-print-directory test-deploy > $(REPORTS)/deploy.log 2>&1 & deploy=$$!; \
+$(MAKE) --no-print-directory -j$(NPROC) test-sanitize || status=1; \
+$(MAKE) --no-print-directory -j$(NPROC) test-fuzz || status=1; \
+wait $$deploy || status=1; \
+cat $(REPORTS)/deploy.log
+endef
+FAST_REPORTS := $(REPORTS)/unit.json $(REPORTS)/sanitize.json $(REPORTS)/fuzz.xml $(REPORTS)/deploy.xml
+
+check: deps deps-reliability
+	@$(MAKE) --no-print-directory -j$(NPROC) build
+	@rm -rf $(REPORTS); mkdir -p $(REPORTS); status=0; \
+	$(run_fast_suites); \
+	$(PYTHON) tests/summary.py $(FAST_REPORTS) || status=1; \
+	exit $$status
+
 test: deps deps-reliability
 	@$(MAKE) --no-print-directory -j$(NPROC) build
 	@rm -rf $(REPORTS); mkdir -p $(REPORTS); status=0; \
-	$(MAKE) --no-print-directory test-unit || status=1; \
-	echo "make test: the deploy suite runs beside the sanitizer and fuzz builds; its output follows theirs" \
-		"($(REPORTS)/deploy.log)"; \
-	$(MAKE) --no-print-directory test-deploy > $(REPORTS)/deploy.log 2>&1 & deploy=$$!; \
-	$(MAKE) --no-print-directory -j$(NPROC) test-sanitize || status=1; \
-	$(MAKE) --no-print-directory -j$(NPROC) test-fuzz || status=1; \
-	wait $$deploy || status=1; \
-	cat $(REPORTS)/deploy.log; \
+	$(run_fast_suites); \
 	$(MAKE) --no-print-directory -j$(NPROC) deb-build || status=1; \
 	echo "make test: the privileged suite runs beside the VM suite; its output follows the VM suite's" \
 		"($(REPORTS)/privileged.log)"; \
@@ -175,8 +190,7 @@ test: deps deps-reliability
 	$(MAKE) --no-print-directory -j$(NPROC) test-vm TEST_VM_DEB= || status=1; \
 	wait $$privileged || status=1; \
 	cat $(REPORTS)/privileged.log; \
-	$(PYTHON) tests/summary.py $(REPORTS)/unit.json $(REPORTS)/sanitize.json $(REPORTS)/fuzz.xml \
-		$(REPORTS)/privileged.xml $(REPORTS)/deploy.xml $(REPORTS)/vm.xml || status=1; \
+	$(PYTHON) tests/summary.py $(FAST_REPORTS) $(REPORTS)/privileged.xml $(REPORTS)/vm.xml || status=1; \
 	exit $$status
 
 test-unit: $(UNIT_BIN)
