@@ -8,11 +8,8 @@
 namespace mergewatch {
 
 // Returns the process exit code (exit_codes.h). Expects SIGINT, SIGTERM and SIGHUP to be
-// blocked in every thread already (BlockDaemonSignals), so that they are only ever
+// blocked in every thread already (BlockDaemonSignals, signals.h), so that they are only ever
 // received by the main loop's sigtimedwait.
 int RunDaemon(const Config& config);
-
-// Blocks the signals RunDaemon waits for; call before any thread starts.
-void BlockDaemonSignals();
 
 }  // namespace mergewatch

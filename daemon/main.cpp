@@ -8,6 +8,7 @@
 #include "config.h"
 #include "daemon.h"
 #include "exit_codes.h"
+#include "signals.h"
 #include "source/bpf_loader.h"
 
 int main(int argc, char** argv) {

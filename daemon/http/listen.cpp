@@ -159,4 +159,35 @@ std::vector<int> SystemdListenFds(std::string* error) {
   return fds;
 }
 
+Listeners::~Listeners() {
+  for (int fd : fds_) close(fd);
+}
+
+std::string Listeners::Names() const {
+  std::string names;
+  for (int fd : fds_) names += (names.empty() ? "" : ", ") + SocketName(fd);
+  return names;
+}
+
+bool OpenListeners(bool systemd_socket, const std::vector<std::string>& addresses, Listeners* listeners,
+                   std::string* error) {
+  if (systemd_socket) {
+    for (int fd : SystemdListenFds(error)) listeners->Add(fd);
+    if (listeners->fds().empty()) *error = "the systemd sockets: " + *error;
+    return !listeners->fds().empty();
+  }
+  for (const std::string& text : addresses) {
+    ListenAddress address;
+    if (!ParseListenAddress(text, &address, error)) return false;
+    const int fd = OpenListener(address, error);
+    if (fd < 0) {
+      *error = text + ": " + *error + " (is another mergewatchd or exporter using the port? pick another with "
+                                      "--web.listen-address)";
+      return false;
+    }
+    listeners->Add(fd);
+  }
+  return true;
+}
+
 }  // namespace mergewatch

@@ -33,4 +33,26 @@ std::string SocketName(int fd);
 // child inherits them. Empty with `error` set when there are none or one is unusable.
 std::vector<int> SystemdListenFds(std::string* error);
 
+// Listening sockets not yet handed to the HTTP server: closed if startup fails first.
+class Listeners {
+ public:
+  Listeners() = default;
+  Listeners(const Listeners&) = delete;
+  Listeners& operator=(const Listeners&) = delete;
+  ~Listeners();
+  void Add(int fd) { fds_.push_back(fd); }
+  const std::vector<int>& fds() const { return fds_; }
+  std::vector<int> Release() { return std::move(fds_); }
+  // "127.0.0.1:9863, [::1]:9863", for the log.
+  std::string Names() const;
+
+ private:
+  std::vector<int> fds_;
+};
+
+// The sockets systemd passed (systemd_socket), else one per --web.listen-address. False with the
+// reason (naming the address, and what to do about a taken port) on the first that fails.
+bool OpenListeners(bool systemd_socket, const std::vector<std::string>& addresses, Listeners* listeners,
+                   std::string* error);
+
 }  // namespace mergewatch
