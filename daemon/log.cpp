@@ -9,7 +9,7 @@
 
 #include <unistd.h>
 
-#include "metrics/exposition.h"
+#include "text.h"
 
 namespace mergewatch {
 namespace {

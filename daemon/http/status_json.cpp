@@ -4,7 +4,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "metrics/exposition.h"
+#include "text.h"
 
 namespace mergewatch {
 namespace {

@@ -11,64 +11,9 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "metrics/float_chars.h"
+
 namespace mergewatch {
-namespace {
-
-// Length of the valid UTF-8 sequence starting at s[i] (RFC 3629), or 0 if there is none.
-size_t Utf8SequenceLength(const std::string& s, size_t i) {
-  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = byte(i);
-  if (c < 0x80) return 1;
-  size_t length;
-  unsigned char low = 0x80, high = 0xBF;  // allowed range of the second byte
-  if (c >= 0xC2 && c <= 0xDF) {
-    length = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    length = 3;
-    if (c == 0xE0) low = 0xA0;   // no overlong forms
-    if (c == 0xED) high = 0x9F;  // no surrogates
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    length = 4;
-    if (c == 0xF0) low = 0x90;   // no overlong forms
-    if (c == 0xF4) high = 0x8F;  // nothing above U+10FFFF
-  } else {
-    return 0;
-  }
-  if (i + length > s.size()) return 0;
-  if (byte(i + 1) < low || byte(i + 1) > high) return 0;
-  for (size_t k = 2; k < length; ++k)
-    if (byte(i + k) < 0x80 || byte(i + k) > 0xBF) return 0;
-  return length;
-}
-
-void AppendHex(unsigned char c, std::string* out) {
-  char hex[5];
-  snprintf(hex, sizeof(hex), "\\x%02x", c);
-  out->append(hex, 4);
-}
-
-}  // namespace
-
-std::string LabelText(const std::string& bytes) {
-  std::string out;
-  out.reserve(bytes.size());
-  for (size_t i = 0; i < bytes.size();) {
-    if (bytes[i] == '\\') {
-      AppendHex('\\', &out);
-      ++i;
-      continue;
-    }
-    const size_t length = Utf8SequenceLength(bytes, i);
-    if (length == 0) {
-      AppendHex(static_cast<unsigned char>(bytes[i]), &out);
-      ++i;
-    } else {
-      out.append(bytes, i, length);
-      i += length;
-    }
-  }
-  return out;
-}
 
 void MakeLabelsUtf8(std::vector<prometheus::MetricFamily>* families) {
   // Nearly every value is ASCII without a backslash: those are left alone, no copy.
@@ -88,12 +33,12 @@ std::string FormatFloatLikeGo(double value) {
   if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
   char buf[64];
   // Shortest round-trip digits in exponent form, "d.ddde+XX" (two exponent digits at least, as Go).
-  const auto sci = std::to_chars(buf, buf + sizeof(buf), value, std::chars_format::scientific);
+  const auto sci = DoubleToChars(buf, buf + sizeof(buf), value, std::chars_format::scientific);
   const std::string scientific(buf, sci.ptr);
   const int exponent = std::atoi(scientific.c_str() + scientific.find('e') + 1);
   // strconv's %g with the shortest precision decides on precision 6 (ftoa.go: "if shortest { eprec = 6 }").
   if (exponent < -4 || exponent >= 6) return scientific;
-  const auto fixed = std::to_chars(buf, buf + sizeof(buf), value, std::chars_format::fixed);
+  const auto fixed = DoubleToChars(buf, buf + sizeof(buf), value, std::chars_format::fixed);
   return std::string(buf, fixed.ptr);
 }
 
@@ -163,8 +108,9 @@ void AppendDouble(double value, std::string* out) {
     out->append(buf, r.ptr);
     return;
   }
-  // to_chars with a format and precision is defined as printf with the same conversion (C++17 [charconv.to.chars]).
-  const auto r = std::to_chars(buf, buf + sizeof(buf), value, std::chars_format::general, 16);
+  // to_chars with a format and precision is defined as printf with the same conversion (C++17 [charconv.to.chars]);
+  // DoubleToChars is std::to_chars where the C++ library has it for double (metrics/float_chars.h).
+  const auto r = DoubleToChars(buf, buf + sizeof(buf), value, std::chars_format::general, 16);
   out->append(buf, r.ptr);
 }
 

@@ -11,17 +11,11 @@
 #include <prometheus/metric_family.h>
 
 #include <string>
-
 #include <vector>
 
-namespace mergewatch {
+#include "text.h"  // LabelText, which the exposition applies to every label value
 
-// Valid UTF-8 passes through unchanged, except '\': every byte that is not part of a valid
-// UTF-8 sequence (stray continuation bytes, overlong forms, surrogates, > U+10FFFF, a cut-off
-// sequence) becomes the four characters \xHH, and a backslash becomes \x5c so that the
-// mapping stays one-to-one: two different names never share a label value. This is the
-// escaping dmsetup itself uses for mangled names (dmsetup --manglename hex).
-std::string LabelText(const std::string& bytes);
+namespace mergewatch {
 
 // LabelText on every label value of every family.
 void MakeLabelsUtf8(std::vector<prometheus::MetricFamily>* families);

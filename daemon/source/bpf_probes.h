@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "source/bpf_loader.h"
-#include "metrics/exporter.h"
 #include "source/snapshot.h"
 
 namespace mergewatch {

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "detector/detector.h"  // Duration, TimePoint
+#include "clock.h"
 
 namespace mergewatch {
 
