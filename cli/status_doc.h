@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The daemon's /status document (daemon/http/status_json.h), read back.
+// The daemon's /status document (daemon/metrics/status_json.h), read back.
 #pragma once
 
 #include <string>

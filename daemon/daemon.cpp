@@ -15,7 +15,7 @@
 #include "findings/queue_findings.h"
 #include "http/http_server.h"
 #include "http/listen.h"
-#include "http/status_json.h"
+#include "metrics/status_json.h"
 #include "http/status_path.h"
 #include "log.h"
 #include "main_loop.h"

@@ -15,7 +15,7 @@
 #include "cli/options.h"
 #include "cli/render.h"
 #include "cli/status_doc.h"
-#include "http/status_json.h"
+#include "metrics/status_json.h"
 
 namespace mergewatch::cli {
 namespace {

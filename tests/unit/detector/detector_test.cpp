@@ -2,7 +2,7 @@
 // The merge-collapse detector on synthetic snapshots with a fake clock: the cases that
 // must raise, and the small-I/O cases that must never page anyone.
 #include "detector/detector.h"
-#include "http/status_json.h"
+#include "metrics/status_json.h"
 #include "mergewatch/merge_rules.h"
 
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "http/status_json.h"
+#include "metrics/status_json.h"
 
 #include <cmath>
 #include <nlohmann/json.hpp>

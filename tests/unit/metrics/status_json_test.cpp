@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "http/http_server.h"
-#include "http/status_json.h"
+#include "metrics/status_json.h"
 #include "http/status_path.h"
 
 namespace mergewatch {
