@@ -9,9 +9,32 @@ import socket
 import struct
 import subprocess
 import tempfile
+import time
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
+
+def wait_until(predicate, timeout, what, interval=0.1, on_timeout=None):
+    """Polls predicate() until it returns a true value (which is returned), or fails after `timeout` s
+    naming `what`, the last exception the predicate raised and on_timeout()'s text. A wait on a
+    condition, never a fixed sleep: as fast as the condition on a quiet machine, still right on a
+    loaded one. The timeout is a hang guard, generous for a loaded 2-core host; a test that asserts
+    how fast something happens does so on the times it measures, not through this bound."""
+    deadline = time.monotonic() + timeout
+    last_error = None
+    while True:
+        try:
+            result = predicate()
+            if result:
+                return result
+        except Exception as e:  # the thing polled may not be up yet
+            last_error = e
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(interval)
+    detail = on_timeout() if on_timeout else ""
+    pytest.fail(f"timed out after {timeout} s waiting for {what} (last error: {last_error!r})\n{detail}")
 
 
 def free_port():

@@ -19,7 +19,8 @@ import urllib.request
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from mwtest import LoopDevice, attached_bpf_link_ids, bpf_link_ids_of, free_port, loop_device  # noqa: E402,F401
+from mwtest import (LoopDevice, attached_bpf_link_ids, bpf_link_ids_of, free_port, loop_device,  # noqa: E402,F401
+                    wait_until)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -88,22 +89,6 @@ def run(cmd, timeout=60, **kw):
 def http_get(url, timeout=5):
     with urllib.request.urlopen(url, timeout=timeout) as r:
         return r.status, r.read().decode()
-
-
-def wait_until(predicate, timeout, what, interval=0.1, on_timeout=None):
-    """Poll predicate() until it returns a true value (which is returned), or fail after timeout s."""
-    deadline = time.monotonic() + timeout
-    last_error = None
-    while time.monotonic() < deadline:
-        try:
-            result = predicate()
-            if result:
-                return result
-        except Exception as e:  # the thing polled may not be up yet
-            last_error = e
-        time.sleep(interval)
-    detail = on_timeout() if on_timeout else ""
-    pytest.fail(f"timed out after {timeout} s waiting for {what} (last error: {last_error})\n{detail}")
 
 
 class Proc:
@@ -183,7 +168,8 @@ def start_daemon(processes, *args, name="mergewatchd"):
         with open(d.log_path, errors="replace") as f:
             return 'msg="ready:' in f.read()
 
-    wait_until(ready, 30, "mergewatchd to report ready", on_timeout=d.log)
+    # Ready takes a BPF load (the loader's own bound is 20 s): 60 s is a hang guard with room for a loaded host.
+    wait_until(ready, 60, "mergewatchd to report ready", on_timeout=d.log)
     return d, port
 
 
@@ -236,13 +222,14 @@ class WebTls:
         """get(), past the password-check gate: after a failed check the daemon answers 429 with Retry-After
         (no check run) to the same client for a while (README, "Securing the endpoint"), longer on a loaded host where the
         check's CPU time is longer. A 429 is waited out as it says, and the request sent again."""
-        import time
         for _ in range(tries):
             status, body, headers = self.get(url, user=user, password=password, timeout=timeout)
             if status != 429:
                 return status, body, headers
             retry_after = headers.get("Retry-After", "")
             assert retry_after.isdigit() and 1 <= int(retry_after) <= 10, headers
+            # Stays a sleep: waiting out Retry-After is what the README asks of a client; the daemon
+            # says how long, and the next try checks whether the gate is open again.
             time.sleep(int(retry_after))
         raise AssertionError(f"still 429 after {tries} tries, each waiting out Retry-After")
 

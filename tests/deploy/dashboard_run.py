@@ -154,16 +154,28 @@ class DashboardRun:
     def prom_url(self):
         return f"http://127.0.0.1:{self.prom_port}"
 
+    @property
+    def collapse_selector(self):
+        return f'mergewatch_merge_collapse{{job="mergewatch",instance="{self.loop_instance}",device="{self.dev.name}"}}'
+
     def wait_collapse(self, timeout=60):
         """Until Prometheus holds mergewatch_merge_collapse 1 for the loop device."""
-        sel = f'mergewatch_merge_collapse{{job="mergewatch",instance="{self.loop_instance}",device="{self.dev.name}"}}'
-
         def raised():
             if self.fio.poll() is not None:
                 raise Failure(f"fio exited with {self.fio.returncode}\n{self.log('fio')}")
-            r = self.query(sel)
+            r = self.query(self.collapse_selector)
             return r and float(r[0]["value"][1]) == 1
         wait_until(raised, timeout, "the collapse to be raised and scraped", self.diag)
+
+    def wait_collapse_history(self, seconds, timeout=90):
+        """After wait_collapse(): until Prometheus's own samples hold `seconds` of the raised collapse (its
+        scrape timestamps, not this process's clock: a loaded host scrapes late and is waited for)."""
+        def scraped_at():
+            r = self.query(f"timestamp({self.collapse_selector} == 1)")
+            return float(r[0]["value"][1]) if r else None
+        first = wait_until(scraped_at, timeout, "the raised collapse in Prometheus", self.diag)
+        wait_until(lambda: (scraped_at() or 0) >= first + seconds, timeout,
+                   f"{seconds} s of the raised collapse in Prometheus", self.diag)
 
     def stop(self):
         errors = []

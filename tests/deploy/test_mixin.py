@@ -6,7 +6,6 @@ scraping a real mergewatchd during a real merge collapse on a loop device."""
 import json
 import os
 import re
-import time
 
 import pytest
 import yaml
@@ -154,8 +153,8 @@ def test_every_dashboard_query_returns_data_during_a_real_collapse():
     try:
         run_.start()
         run_.wait_collapse()
-        # Rates over $__rate_interval (10 s) need that much history of the collapse.
-        time.sleep(12)
+        # Rates over $__rate_interval (10 s) need that much history of the collapse, in Prometheus's samples.
+        run_.wait_collapse_history(12)
         loop, dev = run_.loop_instance, run_.dev.name  # as regexes: "." matches itself too
         results, empty = {}, []
         for title, ref, expr, _, _ in panel_targets():

@@ -10,16 +10,16 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from mwtest import (LoopDevice, absent, attached_bpf_link_ids, baseline, bpf_link_ids_of, churn_tracepoint,  # noqa: E402,F401,E501
-                    free_port, loop_device, parse_samples, rss_kib, undone_dispatches, value)
+                    free_port, loop_device, parse_samples, rss_kib, undone_dispatches, value, wait_until)
 
 DAEMON = os.environ.get("MERGEWATCHD", os.path.join(os.path.dirname(__file__), "../../build/mergewatchd"))
+READY_TIMEOUT = 60
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -61,13 +61,20 @@ class Daemon:
         # wrapper: a command that execs the daemon in its place (setpriv), so proc.pid stays the daemon's.
         self.proc = subprocess.Popen([*wrapper, DAEMON, f"--web.listen-address=127.0.0.1:{self.port}", *args],
                                      stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while "level=info msg=\"ready:" not in self.log_text():
-            if self.proc.poll() is not None:
-                raise AssertionError(f"mergewatchd exited with {self.proc.returncode}:\n{self.log_text()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"mergewatchd not ready in 30 s:\n{self.log_text()}")
-            time.sleep(0.05)
+        # Ready takes a BPF load (the loader's own bound is 20 s) on top of the start: 60 s is a hang
+        # guard with room for a loaded host.
+        try:
+            wait_until(self._ready, READY_TIMEOUT, "mergewatchd to log ready", interval=0.05, on_timeout=self.log_text)
+        except BaseException:  # not handed to the factory yet: stopped here, not left running
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            raise
+
+    def _ready(self):
+        if self.proc.poll() is not None:
+            pytest.fail(f"mergewatchd exited with {self.proc.returncode}:\n{self.log_text()}")
+        return "level=info msg=\"ready:" in self.log_text()
 
     def log_text(self):
         with open(self.log.name) as f:

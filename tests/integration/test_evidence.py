@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import baseline, value
+from conftest import baseline, value, wait_until
 from mwtest import LoopDevice
 
 pytestmark = pytest.mark.privileged
@@ -217,15 +217,29 @@ def test_counters_stay_monotonic_while_devices_are_removed_during_scrapes(daemon
         except Exception as e:
             errors.append(e)
 
-    time.sleep(0.5)  # quiet: anything probing the new device (udev, where it runs) is done
-    count_before = baseline(d.scrape(), SIZE + "_count", device=survivor.name, op="read")
-    reads_before = stat(survivor)[0]
+    # The two readings before the workload must agree: taken while the device is idle (anything
+    # probing the new device, udev where it runs, is done), checked by diskstats standing still
+    # across the scrape with nothing in flight.
+    def idle_readings():
+        stat_before = stat(survivor)
+        count = baseline(d.scrape(), SIZE + "_count", device=survivor.name, op="read")
+        with open(f"/sys/block/{survivor.name}/inflight") as f:
+            inflight = [int(x) for x in f.read().split()]
+        return (count, stat_before[0]) if stat(survivor) == stat_before and inflight == [0, 0] else None
+    count_before, reads_before = wait_until(idle_readings, 30, f"{survivor.name} idle", interval=0.2)
     threads = [threading.Thread(target=scraper, args=(out,)) for out in seen] + [threading.Thread(target=churn)]
     for t in threads:
         t.start()
+    # At least 20 s of it, and on until the evidence asserted below is in (more than 50 scrapes by
+    # each scraper, keys dropped twice while they ran): a loaded host takes longer, and is not cut short.
+    def enough():
+        return (all(len(out) > 50 for out in seen)
+                and d.log_text().count("dropped the data of removed devices") >= 2)
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
+        deadline, hang = time.monotonic() + 20, time.monotonic() + 180
+        while (time.monotonic() < deadline or not enough()) and not errors:
+            assert time.monotonic() < hang, (f"scrapes per scraper {[len(out) for out in seen]}, errors {errors}\n"
+                                             + d.log_text()[-2000:])
             subprocess.run(["fio", "--name=survivor", f"--filename={survivor.path}", "--rw=read", "--bs=4k",
                             "--direct=1", "--ioengine=libaio", "--iodepth=32", "--iodepth_batch_submit=32",
                             "--size=8M", "--output=/dev/null"], check=True, timeout=120)

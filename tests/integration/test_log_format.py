@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from conftest import DAEMON, free_port
+from conftest import DAEMON, free_port, wait_until
 
 
 def run_daemon(*args, env_extra=None, stop_signal=signal.SIGTERM, expect_returncode=0):
@@ -36,7 +36,9 @@ def run_daemon(*args, env_extra=None, stop_signal=signal.SIGTERM, expect_returnc
                     assert time.monotonic() < deadline, "no scrape answered within 30 s"
                     time.sleep(0.1)
             os.kill(proc.pid, signal.SIGHUP)
-            time.sleep(0.5)
+            # Until the SIGHUP's line is written (pread: the daemon shares this file's offset).
+            wait_until(lambda: b"SIGHUP: rescanning" in os.pread(err.fileno(), 1 << 24, 0), 30,
+                       "the SIGHUP rescan's log line", interval=0.05)
         finally:
             proc.send_signal(stop_signal)
             proc.wait(timeout=30)
