@@ -35,9 +35,9 @@ std::string ClientKey(const sockaddr* address) {
 
 ConnectionCaps::Verdict ConnectionCaps::Check(const std::string& key) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (total_open_ >= total_) return Verdict::kTotal;
   const auto it = open_.find(key);
   if (it != open_.end() && it->second >= per_address_) return Verdict::kPerAddress;
+  if (total_open_ >= total_) return Verdict::kTotal;
   return Verdict::kAdmit;
 }
 
@@ -137,12 +137,16 @@ std::vector<prometheus::MetricFamily> DefenceFamilies(const HttpDefenceCounts& c
                  Counter("reason", "throttled", c.auth_throttled), Counter("reason", "busy", c.auth_busy)};
   prometheus::MetricFamily refused{
       "mergewatch_http_connections_refused_total",
-      "Connections closed as soon as accepted, by the cap they hit: per_address (" + std::to_string(per_address_cap) +
-          " open connections per client IPv4 address or IPv6 /64) or total (" + std::to_string(total_cap) + ").",
+      "Connections closed by the caps: per_address (closed as soon as accepted: " + std::to_string(per_address_cap) +
+          " open connections per client IPv4 address or IPv6 /64), evicted (at the total cap of " +
+          std::to_string(total_cap) +
+          ", the open connection that had waited longest without sending a complete request, closed to make room "
+          "for a new one) or total (closed as soon as accepted: the total cap was reached and every open connection "
+          "had sent a complete request).",
       prometheus::MetricType::Counter,
       {}};
   refused.metric = {Counter("reason", "per_address", c.refused_per_address),
-                    Counter("reason", "total", c.refused_total)};
+                    Counter("reason", "total", c.refused_total), Counter("reason", "evicted", c.evicted)};
   prometheus::MetricFamily bad = SingleCounter(
       "mergewatch_http_bad_requests_total",
       "Requests answered 400 by the daemon's own checks: a NUL or %00 in the target, a target not starting with /, "

@@ -9,10 +9,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <prometheus/collectable.h>
@@ -29,12 +31,14 @@ using SteadyDuration = std::chrono::steady_clock::duration;
 std::string ClientKey(const sockaddr* address);
 
 // Connections open at once, per client key and in total. The total is below the listen
-// backlog (SOMAXCONN, 4096): a connection past it is accepted and closed at once, never left
-// waiting in the kernel's queue, where it would delay the scrapes queued behind it.
+// backlog (SOMAXCONN, 4096): connections are accepted at once, never left waiting in the
+// kernel's queue, where they would delay the scrapes queued behind them. One past its key's cap
+// is closed at once; at the total cap the server makes room (WaitOrder) or closes it.
 class ConnectionCaps {
  public:
   enum class Verdict { kAdmit, kPerAddress, kTotal };
   ConnectionCaps(unsigned per_address, unsigned total) : per_address_(per_address), total_(total) {}
+  // The key's own cap first: a client at its cap never makes room for itself by closing another's.
   Verdict Check(const std::string& key) const;
   void Add(const std::string& key);
   void Remove(const std::string& key);
@@ -45,6 +49,39 @@ class ConnectionCaps {
   mutable std::mutex mutex_;
   std::map<std::string, unsigned> open_;
   size_t total_open_ = 0;
+};
+
+// The connections waiting for a request, in the order they began to wait (accepted, or their last
+// response sent): the front has waited longest without sending a complete request. At the total
+// cap, a new connection closes the front one rather than being refused; a connection whose
+// request is being answered is in none of it, so when every open connection has sent its request
+// there is nothing to close and the new one is refused. Not thread-safe.
+template <typename T>
+class WaitOrder {
+ public:
+  // `item` (again) begins to wait: it goes to the back.
+  void Wait(T item) {
+    Leave(item);
+    where_.emplace(item, order_.insert(order_.end(), item));
+  }
+  // `item` no longer waits (its request is being answered; it is closed, or being closed).
+  void Leave(T item) {
+    const auto it = where_.find(item);
+    if (it == where_.end()) return;
+    order_.erase(it->second);
+    where_.erase(it);
+  }
+  // The one that has waited longest; false if none waits.
+  bool Longest(T* item) const {
+    if (order_.empty()) return false;
+    *item = order_.front();
+    return true;
+  }
+  size_t size() const { return order_.size(); }
+
+ private:
+  std::list<T> order_;
+  std::unordered_map<T, typename std::list<T>::iterator> where_;
 };
 
 // In front of every bcrypt run (a check the success cache could not answer). bcrypt costs
@@ -92,7 +129,8 @@ struct HttpDefenceCounts {
   std::atomic<uint64_t> auth_throttled{0};  // refused without a check: the client failed recently
   std::atomic<uint64_t> auth_busy{0};       // refused without a check: the gate was shut
   std::atomic<uint64_t> refused_per_address{0};
-  std::atomic<uint64_t> refused_total{0};
+  std::atomic<uint64_t> refused_total{0};   // at the total cap, and no open connection waits for a request
+  std::atomic<uint64_t> evicted{0};         // waited longest, closed at the total cap to make room for a new one
   std::atomic<uint64_t> bad_requests{0};    // 400s of the strictness checks (target, Host)
   std::atomic<uint64_t> timed_out_request{0};   // no complete request in time (idle, or a byte now and then)
   std::atomic<uint64_t> timed_out_response{0};  // a response the client read nothing of for too long

@@ -189,13 +189,19 @@ std::shared_ptr<const WebState> MakeWebState(const WebConfig& web, const WebSecr
 
 struct HttpCallbacks {
   // Before any connection state exists: the caps refuse here, and libmicrohttpd closes the
-  // socket at once.
+  // socket at once. At the total cap, room is made if a connection waits for a request. Under
+  // conns_mutex_: the slots and the connections waiting (MakeRoom) change together.
   static MHD_Result AcceptPolicy(void* cls, const sockaddr* address, socklen_t) {
     auto* server = static_cast<HttpServer*>(cls);
-    switch (server->caps_.Check(ClientKey(address))) {
+    const std::string key = ClientKey(address);
+    std::lock_guard<std::mutex> lock(server->conns_mutex_);
+    switch (server->caps_.Check(key)) {
       case ConnectionCaps::Verdict::kAdmit: return MHD_YES;
       case ConnectionCaps::Verdict::kPerAddress: ++server->counts_->refused_per_address; return MHD_NO;
-      case ConnectionCaps::Verdict::kTotal: ++server->counts_->refused_total; return MHD_NO;
+      case ConnectionCaps::Verdict::kTotal:
+        if (server->MakeRoom()) return MHD_YES;
+        ++server->counts_->refused_total;
+        return MHD_NO;
     }
     return MHD_NO;
   }
@@ -232,6 +238,8 @@ struct HttpCallbacks {
     if (HttpServer::Conn* conn = ConnOf(connection)) {
       std::lock_guard<std::mutex> lock(server->conns_mutex_);
       conn->in_request = true;
+      server->waiting_.Leave(conn);
+      if (conn->evicting) server->Reprieve(conn);
     }
     return static_cast<MHD_Result>(server->Handle(connection, url, method, version));
   }
@@ -245,6 +253,7 @@ struct HttpCallbacks {
       conn->in_request = false;
       conn->answered = true;
       conn->waiting_since = std::chrono::steady_clock::now();
+      if (!conn->cut && !conn->evicting && conn->fd >= 0) server->waiting_.Wait(conn);
     }
   }
   static void Connection(void* cls, MHD_Connection* connection, void** socket_context,
@@ -274,6 +283,7 @@ struct HttpCallbacks {
         server->Cut(conn);
       }
       server->conns_.insert(conn);
+      if (!conn->cut && conn->fd >= 0) server->waiting_.Wait(conn);
       server->peak_open_ = std::max(server->peak_open_, server->conns_.size());
       *socket_context = conn;
     } else if (*socket_context != nullptr) {
@@ -282,6 +292,8 @@ struct HttpCallbacks {
       auto* conn = static_cast<HttpServer::Conn*>(*socket_context);
       if (conn->holds_slot) server->caps_.Remove(conn->client);
       --server->counts_->open_connections;
+      server->waiting_.Leave(conn);
+      if (conn->evicting) server->NotEvicting(conn);
       server->conns_.erase(conn);
       delete conn;
       *socket_context = nullptr;
@@ -316,7 +328,11 @@ std::unique_ptr<HttpServer> HttpServer::Start(const std::vector<int>& listen_fds
   if (o.web.tls()) flags |= MHD_USE_TLS;
   const unsigned threads = std::max(1u, o.limits.threads);
   // libmicrohttpd's own limit stops it polling the listening socket (connections then wait in
-  // the kernel's queue): set above our caps, which refuse first (AcceptPolicy).
+  // the kernel's queue): set above our caps, which refuse first (AcceptPolicy). A loop's count
+  // also holds the connections cut or chosen to make room that it has not closed yet: those are
+  // closed at its next pass or the one after, and it accepts at most 10 a pass (0.9.75), so it
+  // stays far below this while the caps hold; and a loop at its limit leaves the listening
+  // socket to the others, which go on draining the kernel's queue.
   const unsigned mhd_limit = o.limits.connection_limit + 64;
   size_t next_fd = 0;
   bool failed = false;
@@ -364,6 +380,7 @@ std::unique_ptr<HttpServer> HttpServer::Start(const std::vector<int>& listen_fds
     for (size_t i = next_fd; i < listen_fds.size(); ++i) close(listen_fds[i]);
     return nullptr;  // the destructor stops the daemons that did start
   }
+  server->evicting_.resize(server->daemons_.size());
   server->heartbeats_.reset(new std::atomic<int64_t>[server->daemons_.size()]);
   const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
   for (size_t i = 0; i < server->daemons_.size(); ++i) server->heartbeats_[i] = now;
@@ -418,6 +435,9 @@ void HttpServer::Worker(size_t index) {
     // At most 250 ms a pass, events or not: the heartbeat. libmicrohttpd shortens the wait
     // when a connection's timeout comes sooner.
     MHD_run_wait(daemon, 250);
+    // Every pass, not with the deadline: a connection chosen to make room holds no slot, only a
+    // socket, until it is cut.
+    CutEvicted(index);
     const auto now = std::chrono::steady_clock::now();
     heartbeats_[index].store(now.time_since_epoch().count(), std::memory_order_relaxed);
     if (now - last_cut >= std::chrono::milliseconds(500)) {
@@ -431,7 +451,8 @@ void HttpServer::CutLateConnections(size_t loop) {
   const auto deadline = std::chrono::steady_clock::now() - options_.limits.request_timeout;
   std::lock_guard<std::mutex> lock(conns_mutex_);
   for (Conn* conn : conns_) {
-    if (conn->loop != loop || conn->in_request || conn->cut || conn->fd < 0 || conn->waiting_since > deadline)
+    if (conn->loop != loop || conn->in_request || conn->cut || conn->evicting || conn->fd < 0 ||
+        conn->waiting_since > deadline)
       continue;
     // Bytes the client sent that wait unread in the socket: the connection waits on this loop,
     // busy with other scrapes (100 clients on a loaded host, CI), not on its client. A client
@@ -452,11 +473,63 @@ void HttpServer::Cut(Conn* conn) {
   // the stream and closes the connection itself.
   shutdown(conn->fd, SHUT_RDWR);
   conn->cut = true;
+  waiting_.Leave(conn);
   // The slot now, not when the loop closes the socket: a loop closes the connections it cut only
   // after accepting what waits (libmicrohttpd 0.9.75 accepts first), so 900 idle connections cut
   // together and reopened at once were refused by the total cap (127 of them, measured).
   if (conn->holds_slot) caps_.Remove(conn->client);
   conn->holds_slot = false;
+}
+
+bool HttpServer::MakeRoom() {
+  Conn* chosen = nullptr;
+  if (!waiting_.Longest(&chosen)) return false;
+  // Not cut here: this is the accepting loop's thread, in the middle of its pass, and the chosen
+  // connection may belong to another loop, which may be between reading a request of it and
+  // handing that to Access. Its own loop cuts it after its pass (CutEvicted).
+  waiting_.Leave(chosen);
+  chosen->evicting = true;
+  chosen->evicting_since = std::chrono::steady_clock::now();
+  if (chosen->holds_slot) caps_.Remove(chosen->client);
+  chosen->holds_slot = false;
+  evicting_[chosen->loop].push_back(chosen);
+  return true;
+}
+
+void HttpServer::NotEvicting(Conn* conn) {
+  conn->evicting = false;
+  std::vector<Conn*>& chosen = evicting_[conn->loop];
+  const auto it = std::find(chosen.begin(), chosen.end(), conn);
+  if (it != chosen.end()) chosen.erase(it);
+}
+
+void HttpServer::Reprieve(Conn* conn) {
+  NotEvicting(conn);
+  caps_.Add(conn->client);
+  conn->holds_slot = true;
+}
+
+void HttpServer::CutEvicted(size_t loop) {
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(conns_mutex_);
+  std::vector<Conn*>& chosen = evicting_[loop];
+  size_t kept = 0;
+  for (Conn* conn : chosen) {
+    // Bytes that arrived after this pass looked may complete a request: the next pass reads them
+    // (Access then keeps the connection). Not for longer than the request timeout: a client that
+    // keeps sending without ever completing a request is not waited for.
+    int unread = 0;
+    if (!conn->cut && now - conn->evicting_since < options_.limits.request_timeout &&
+        ioctl(conn->fd, SIOCINQ, &unread) == 0 && unread > 0) {
+      chosen[kept++] = conn;
+      continue;
+    }
+    conn->evicting = false;
+    if (conn->cut) continue;
+    Cut(conn);
+    ++counts_->evicted;
+  }
+  chosen.resize(kept);
 }
 
 bool HttpServer::WorkersAlive(std::chrono::steady_clock::duration within) {

@@ -38,10 +38,15 @@ struct HttpLimits {
   // scrape that stalls that long has failed anyway.
   std::chrono::seconds response_stall_timeout{10};
   // Connections open at once, over every listening socket and per client address (IPv4
-  // address or IPv6 /64, defences.h). One past either is accepted and closed at once: the total
-  // stays below the listen backlog (SOMAXCONN, 4096), so nothing waits in the kernel's queue
-  // where it would delay the scrapes queued behind it (issue 24: 4,100 idle connections made 3
-  // of 10 scrapes time out). 32 per address: Prometheus opens one per target, an HA pair two.
+  // address or IPv6 /64, defences.h). Every connection is accepted at once: the total stays
+  // below the listen backlog (SOMAXCONN, 4096), so nothing waits in the kernel's queue where it
+  // would delay the scrapes queued behind it (4,100 idle connections made 3 of 10 scrapes time
+  // out). One past its address's cap is closed at once. At the total cap, the connection that
+  // has waited longest without sending a complete request is closed to make room (a refusal
+  // would refuse Prometheus too, for as long as a flood keeps the cap full: 1 and 0 of 10
+  // scrapes answered within 1 s under 4,100 reconnecting connections); only when every open
+  // connection has sent a complete request is the new one closed at once.
+  // 32 per address: Prometheus opens one per target, an HA pair two.
   unsigned connection_limit = 1024;
   unsigned connections_per_address = 32;
   // On SIGTERM: how long scrapes in flight may take to finish before their connections are cut.
@@ -110,9 +115,14 @@ class HttpServer {
     bool in_request = false;  // a request is being answered: its response is never cut
     bool answered = false;    // at least one response was sent (waiting_since is then its end)
     bool cut = false;
-    // Counted against the connection caps: from accept until cut or closed. A cut connection gives
-    // its slot back at once, as its client may reconnect before the event loop has closed it.
+    // Counted against the connection caps: from accept until cut, chosen to make room, or closed.
+    // A cut connection gives its slot back at once, as its client may reconnect before the event
+    // loop has closed it.
     bool holds_slot = false;
+    // Chosen to make room for a new connection at the total cap (its slot already given to it): its
+    // own event loop cuts it after its pass (CutEvicted), unless a request of it began meanwhile.
+    bool evicting = false;
+    std::chrono::steady_clock::time_point evicting_since;
     std::shared_ptr<const WebState> web;  // the web config (TLS context) this connection started with
     // A password check handed to the auth thread: the connection is suspended until it is done.
     enum class Auth { kNone, kPending, kOk, kWrong };
@@ -136,6 +146,20 @@ class HttpServer {
   void CutLateConnections(size_t loop);
   // Ends a connection (shutdown: its event loop then closes it) and frees its slot. Under conns_mutex_.
   void Cut(Conn* conn);
+  // At the total cap: chooses the connection that has waited longest without sending a complete
+  // request (waiting_), takes its slot for the new connection and leaves it to its event loop to
+  // cut. False if every open connection has sent its request. Under conns_mutex_, on the
+  // accepting event loop's thread.
+  bool MakeRoom();
+  // Cuts what MakeRoom chose on event loop `loop`. Runs on that loop's thread after each of its
+  // passes, as CutLateConnections: a request it has read has then reached Access, which keeps the
+  // connection (Reprieve).
+  void CutEvicted(size_t loop);
+  // A connection chosen to make room began a request after all: it stays, and holds a slot again
+  // (the total may pass the cap by as many, for as long as they take). Under conns_mutex_.
+  void Reprieve(Conn* conn);
+  // Takes a connection off its loop's evicting_ list (closed, or reprieved). Under conns_mutex_.
+  void NotEvicting(Conn* conn);
   int Handle(MHD_Connection* connection, const char* url, const char* method, const char* version);
 
   friend struct HttpCallbacks;
@@ -177,6 +201,11 @@ class HttpServer {
 
   std::mutex conns_mutex_;
   std::set<Conn*> conns_;
+  // The open connections waiting for a request, longest first: not cut, not chosen to make room, no
+  // request of theirs being answered. What MakeRoom chooses from.
+  WaitOrder<Conn*> waiting_;
+  // Per event loop: its connections MakeRoom chose, for CutEvicted.
+  std::vector<std::vector<Conn*>> evicting_;
   size_t peak_open_ = 0;  // most connections open at once since the housekeeping thread last looked
   std::mutex housekeeping_mutex_;
   std::condition_variable housekeeping_wake_;

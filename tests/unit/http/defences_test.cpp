@@ -50,12 +50,41 @@ TEST(Defences, ConnectionCapsPerAddressThenInTotal) {
   EXPECT_EQ(caps.Check("b"), ConnectionCaps::Verdict::kAdmit);
   caps.Add("b");
   EXPECT_EQ(caps.Check("c"), ConnectionCaps::Verdict::kTotal);
-  EXPECT_EQ(caps.Check("a"), ConnectionCaps::Verdict::kTotal);  // the total is checked first
+  // The address's own cap first: at the total cap too, a client at its own never makes room for itself.
+  EXPECT_EQ(caps.Check("a"), ConnectionCaps::Verdict::kPerAddress);
   caps.Remove("a");
   EXPECT_EQ(caps.open(), 2u);
   EXPECT_EQ(caps.Check("a"), ConnectionCaps::Verdict::kAdmit);
   caps.Remove("nobody");  // not counted: nothing happens
   EXPECT_EQ(caps.open(), 2u);
+}
+
+TEST(Defences, WaitOrderGivesTheConnectionThatHasWaitedLongest) {
+  WaitOrder<int> waiting;
+  int chosen = 0;
+  EXPECT_FALSE(waiting.Longest(&chosen));  // none waits: the new connection is refused
+  waiting.Wait(1);  // accepted, in this order
+  waiting.Wait(2);
+  waiting.Wait(3);
+  ASSERT_TRUE(waiting.Longest(&chosen));
+  EXPECT_EQ(chosen, 1);
+  waiting.Leave(1);  // its request is being answered: never chosen
+  ASSERT_TRUE(waiting.Longest(&chosen));
+  EXPECT_EQ(chosen, 2);
+  waiting.Wait(1);  // answered: it waits again, from now on, behind the others
+  waiting.Wait(2);  // and 2 too
+  ASSERT_TRUE(waiting.Longest(&chosen));
+  EXPECT_EQ(chosen, 3);
+  waiting.Leave(3);
+  waiting.Leave(3);  // leaving twice (cut, then closed) is nothing
+  waiting.Leave(7);  // nor is one that never waited
+  ASSERT_TRUE(waiting.Longest(&chosen));
+  EXPECT_EQ(chosen, 1);
+  EXPECT_EQ(waiting.size(), 2u);
+  waiting.Leave(1);
+  waiting.Leave(2);
+  EXPECT_FALSE(waiting.Longest(&chosen));
+  EXPECT_EQ(waiting.size(), 0u);
 }
 
 TEST(Defences, AuthGateRunsOneCheckAtATimeAndCoolsDownAfterAFailure) {
@@ -169,6 +198,8 @@ TEST(Defences, CountersAreExportedByReason) {
   HttpDefenceCounts counts;
   counts.auth_wrong = 3;
   counts.refused_per_address = 7;
+  counts.refused_total = 1;
+  counts.evicted = 6;
   counts.open_connections = 2;
   counts.timed_out_request = 5;
   counts.timed_out_response = 4;
@@ -177,8 +208,14 @@ TEST(Defences, CountersAreExportedByReason) {
   EXPECT_EQ(families[0].name, "mergewatch_http_auth_failures_total");
   EXPECT_EQ(families[0].metric[1].label[0].value, "wrong");
   EXPECT_EQ(families[0].metric[1].counter.value, 3);
+  EXPECT_EQ(families[1].name, "mergewatch_http_connections_refused_total");
+  ASSERT_EQ(families[1].metric.size(), 3u);
   EXPECT_EQ(families[1].metric[0].label[0].value, "per_address");
   EXPECT_EQ(families[1].metric[0].counter.value, 7);
+  EXPECT_EQ(families[1].metric[1].label[0].value, "total");
+  EXPECT_EQ(families[1].metric[1].counter.value, 1);
+  EXPECT_EQ(families[1].metric[2].label[0].value, "evicted");
+  EXPECT_EQ(families[1].metric[2].counter.value, 6);
   EXPECT_EQ(families[3].name, "mergewatch_http_connections_timed_out_total");
   EXPECT_EQ(families[3].metric[0].label[0].value, "request");
   EXPECT_EQ(families[3].metric[0].counter.value, 5);

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/utsname.h>
 #include <zlib.h>
@@ -20,6 +21,7 @@
 #include <unistd.h>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <regex>
 #include <set>
@@ -240,6 +242,105 @@ TEST(HttpServer, WorkersAliveFailsWhileAHandlerIsStuck) {
   client.join();
   std::this_thread::sleep_for(std::chrono::milliseconds(600));
   EXPECT_TRUE(server->WorkersAlive(std::chrono::milliseconds(500)));
+}
+
+// A socket connected to 127.0.0.1:port (receive buffer `rcvbuf` if not 0), or -1.
+int ConnectTo(int port, int rcvbuf = 0) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  if (rcvbuf != 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Whether the server closed `fd` (end of stream, or reset) within `wait`.
+bool ClosedWithin(int fd, std::chrono::milliseconds wait) {
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (poll(&p, 1, static_cast<int>(std::max<int64_t>(0, left.count()))) > 0) {
+      char byte;
+      const ssize_t n = recv(fd, &byte, 1, MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) return true;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+  }
+}
+
+// Polls `condition` for up to 10 s.
+bool Eventually(const std::function<bool()>& condition) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+// Sends a scrape and waits until its answer begins: from then on the request is being answered
+// (the client reads nothing of a body far larger than the socket buffers, so it stays so).
+bool StartScrape(int fd) {
+  const std::string request = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) return false;
+  pollfd p{fd, POLLIN, 0};
+  char byte;
+  return poll(&p, 1, 10000) > 0 && recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 1;
+}
+
+// At the total cap a new connection closes the one that has waited longest without sending a
+// request, never one whose request is being answered; when every open connection is being
+// answered, the new one is refused.
+TEST(HttpServer, AtTheTotalCapTheLongestWaitingConnectionMakesRoom) {
+  const std::string body(8 << 20, 'x');  // far more than the socket buffers hold
+  int port = 0;
+  const int fd = ListenOnLoopback(&port);
+  ASSERT_GE(fd, 0) << strerror(errno);
+  HttpOptions options;
+  options.limits.connection_limit = 3;
+  options.limits.connections_per_address = 10;
+  options.limits.request_timeout = std::chrono::seconds(60);  // no deadline cut in this test, however slow
+  options.limits.response_stall_timeout = std::chrono::seconds(60);
+  options.limits.drain_timeout = std::chrono::seconds(1);
+  options.counts = std::make_shared<HttpDefenceCounts>();
+  const HttpDefenceCounts& counts = *options.counts;
+  std::string error;
+  std::unique_ptr<HttpServer> server = HttpServer::Start({fd}, options, [&body] { return body; }, &error);
+  ASSERT_NE(server, nullptr) << error;
+  auto open_now = [&counts](int64_t n) { return Eventually([&counts, n] { return counts.open_connections == n; }); };
+
+  const int answered = ConnectTo(port, 4096);  // the oldest, but its request is being answered
+  ASSERT_GE(answered, 0);
+  ASSERT_TRUE(StartScrape(answered));
+  const int idle1 = ConnectTo(port);
+  ASSERT_TRUE(open_now(2));
+  const int idle2 = ConnectTo(port);
+  ASSERT_TRUE(open_now(3));
+  const int idle3 = ConnectTo(port);  // the cap is full: idle1 makes room
+  ASSERT_GE(idle3, 0);
+  EXPECT_TRUE(ClosedWithin(idle1, std::chrono::seconds(10)));
+  EXPECT_TRUE(open_now(3));
+  EXPECT_EQ(counts.evicted, 1u);
+  EXPECT_EQ(counts.refused_total, 0u);
+  EXPECT_FALSE(ClosedWithin(idle2, std::chrono::milliseconds(0)));
+
+  // Every open connection being answered: nothing to close, the new one is refused.
+  ASSERT_TRUE(StartScrape(idle2));
+  ASSERT_TRUE(StartScrape(idle3));
+  const int refused = ConnectTo(port);
+  ASSERT_GE(refused, 0);
+  EXPECT_TRUE(ClosedWithin(refused, std::chrono::seconds(10)));
+  EXPECT_EQ(counts.refused_total, 1u);
+  EXPECT_EQ(counts.evicted, 1u);
+  EXPECT_EQ(counts.refused_per_address, 0u);
+  for (int c : {answered, idle1, idle2, idle3, refused}) close(c);
 }
 
 TEST(HttpServer, AFailedStartClosesTheListeningSocketsItWasGiven) {
