@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """A/B of the BPF cost per I/O: two or more mergewatchd builds, run in turn on one RAM-backed loop device.
 
-What BENCHMARKS.md's per-change tables were measured with (section "Issue 14, the BPF half"): a 1 GiB loop device
-on /dev/shm, scheduler none; each build started alone, fio run for AB_SECONDS (default 4) with
+What BENCHMARKS.md's per-change tables were measured with (section "The BPF half of the performance work"): a 1 GiB
+loop device on /dev/shm, scheduler none; each build started alone, fio run for AB_SECONDS (default 4) with
 kernel.bpf_stats_enabled=1, the build stopped; AB_REPEATS rounds (default 3), builds alternating, so load from
 other users falls on all alike. BPF time is the run_time_ns of the daemon's own programs (found by the prog_id
 lines of its /proc/PID/fdinfo) over the requests /sys/block/X/stat completed. AB_WORK=randread (default: 4 KiB

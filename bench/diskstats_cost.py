@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The diskstats source's cost (issue 23): no BPF, so nothing per I/O; what it costs is the 1 s tick (read
+"""The diskstats source's cost: no BPF, so nothing per I/O; what it costs is the 1 s tick (read
 /proc/diskstats or /sys/block/*/stat, the detector) and each scrape. Starts mergewatchd --source=diskstats,
 measures its CPU (the threads' /proc/PID/task/*/schedstat) idle over --idle seconds, then --scrapes scrapes back to
 back: daemon CPU per scrape and wall time per scrape (median, p99). With --procfs-hidden the daemon gets an

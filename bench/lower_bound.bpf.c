@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 /*
  * The least any per-device request-size and latency histogram costs on the block tracepoints: what
- * issue 14's "BPF <= 300 ns per I/O with every feature on" is measured against (BENCHMARKS.md, "The
+ * the target "BPF <= 300 ns per I/O with every feature on" is measured against (BENCHMARKS.md, "The
  * lower bound"). Not mergewatch: no merge rules (block_getrq is attached but empty), no scheduler
  * queue time, no requeue, no stacking, no nesting guard (a nested program may take another's slot:
  * wrong here, harmless for a cost measurement). Loaded by the floor loader; measured with
  * bench/bpf_ab.py against the floor and mergewatchd.
  *
- * COUNT_AT_COMPLETION=1: the completion-centric design issue 14 proposes. Dispatch keeps the clock
+ * COUNT_AT_COMPLETION=1: the completion-centric design proposed for it. Dispatch keeps the clock
  * and the size in the request's in-flight slot; the final completion does the one device lookup
  * and both histograms. COUNT_AT_COMPLETION=0: what mergewatchd does, the size counted at dispatch
  * (a skipped nested completion then costs a latency sample, not a request), so one device lookup

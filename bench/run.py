@@ -13,8 +13,8 @@ Tracers, interleaved (the order rotates every repeat) and repeated:
   (bench/floor.bpf.c) on exactly the tracepoints mergewatchd attached, once for each daemon variant.
   On randread also the lower bound (bench/lower_bound.bpf.c): the least a per-device size and latency
   histogram costs, without merge rules, scheduler time, requeues or stacking; counting at completion
-  (issue 14's proposal) and at dispatch (what mergewatchd does), on block_getrq (empty), block_rq_issue
-  and block_rq_complete.
+  (the design proposed for the 300 ns target) and at dispatch (what mergewatchd does), on
+  block_getrq (empty), block_rq_issue and block_rq_complete.
 Each tracer start runs fio twice: once with kernel.bpf_stats_enabled=0 for the IOPS a user sees and
 once with it on for the BPF time (the accounting itself costs two clock reads per program run). BPF
 time per I/O is the sum of the run_time_ns of the tracer's own programs (found through the fds its
@@ -62,7 +62,7 @@ STACKED_SYSFS = os.path.join(REPO, "tests", "fixtures", "sysfs", "seed-lvm-snaps
 BIOLATENCY = "/usr/sbin/biolatency"
 SHM_PREFIX = f"/dev/shm/mergewatch-bench-{os.getpid()}-"
 
-# Targets of the issue, checked in the summary.
+# The performance targets, checked in the summary.
 TARGET_BPF_NS = 300
 TARGET_IOPS_SHARE = 0.97
 TARGET_COLLAPSE_IOPS_SHARE = 0.90

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Queue settings that hurt, found from sysfs before any traffic shows them (issue 26, the LinkedIn
+// Queue settings that hurt, found from sysfs before any traffic shows them (the LinkedIn
 // class: rotational RAID1 members left on `none` because the multi-queue schedulers were modules).
 //
 // Pure: everything comes from a Topology (already read from sysfs by topology/) and the kernel

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The text a scrape returns: prometheus-cpp's families, written as its TextSerializer writes them
-// (by a writer of our own, 15-20 times cheaper: BENCHMARKS.md, issue 14), with two fixes the
+// (by a writer of our own, 15-20 times cheaper: BENCHMARKS.md, "Scrape cost"), with two fixes the
 // serializer does not make. Label values must be valid UTF-8 (the text format and Prometheus
 // reject a whole scrape otherwise), but dm names may hold any byte but '/' and sysfs
 // attributes are bytes. And bucket bounds are written with 16 significant digits

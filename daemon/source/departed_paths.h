@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// A native NVMe multipath head's counters never go backwards while the head lives (issue 22,
-// point 4). Its requests run on hidden path disks (nvme<S>c<C>n<N>) and the BPF maps key them by
+// A native NVMe multipath head's counters never go backwards while the head lives. Its
+// requests run on hidden path disks (nvme<S>c<C>n<N>) and the BPF maps key them by
 // the path; the exporter and the detector sum a head's paths. When a path controller goes away
 // (`delete_controller`, or controller loss after ctrl_loss_tmo) its path disk leaves sysfs, the
 // daemon forgets its keys (the maps must not fill up with the dead), and without this the head's

@@ -39,8 +39,8 @@ SourceStatus DiskstatsStatus(const std::string& reason);
 // mergewatch_detection_info{source, evidence, missing, reason} 1: pure.
 prometheus::MetricFamily DetectionInfoFamily(const SourceStatus& status);
 
-// The BPF source's status with what its programs show now (issue 22, "a blind detector is
-// silent"): only block_rq_issue/complete are required to load, but the detector decides on
+// The BPF source's status with what its programs show now (a blind detector is silent, so its
+// blindness must show): only block_rq_issue/complete are required to load, but the detector decides on
 // block_getrq (missed merges and their runs) and block_bio_remap (which upper device a request
 // came from; the default policy pages only under one). Either not attached, or not loaded at all:
 // evidence "blind", what it would have given in missing, the tracepoints in reason. block_bio_queue

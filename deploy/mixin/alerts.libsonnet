@@ -86,7 +86,7 @@ local fold(text) = std.join(' ', std.split(std.rstripChars(text, '\n'), '\n')); 
           },
         },
         {
-          // Issue 22: block_rq_issue/complete load, but a program the detector decides on does not (block_getrq:
+          // block_rq_issue/complete load, but a program the detector decides on does not (block_getrq:
           // missed merges; block_bio_remap: the upper device). The daemon runs and exports sizes, yet can never page.
           alert: 'MergewatchDetectionBlind',
           expr: 'mergewatch_detection_info{%(mergewatchSelector)s,evidence="blind"} == 1' % c,

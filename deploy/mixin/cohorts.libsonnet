@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Kernel cohorts (issue 26): hosts grouped by the kernel they run (the kernel label of mergewatch_build_info)
+// Kernel cohorts: hosts grouped by the kernel they run (the kernel label of mergewatch_build_info)
 // and compared within a device class (mergewatch_device_class_info: rotational, nvme, non_rotational), so a
 // kernel rollout that makes reads slower shows as one cohort against the others, as LinkedIn's 4.x reimage
 // did on HDD RAID1 hosts. Recording rules, one alert (a ticket: the fleet is not down, a rollout should

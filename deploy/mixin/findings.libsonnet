@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// prometheusAlerts: the queue findings ticket (issue 26). The daemon decides each finding from sysfs
+// prometheusAlerts: the queue findings ticket. The daemon decides each finding from sysfs
 // (daemon/findings/); this only holds it for queueFindingFor and says what it means. A warning, not a page:
 // nothing is broken yet, the host is configured to be slower than it should be.
 {

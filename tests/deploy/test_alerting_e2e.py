@@ -352,7 +352,7 @@ def test_merge_collapse_pages_through_prometheus_and_alertmanager_and_resolves(l
         raise
 
 
-# The time to page with the shipped rule and the daemon's default window, raise and clear times (issue 22):
+# The time to page with the shipped rule and the daemon's default window, raise and clear times:
 # Prometheus scraping and evaluating every 15 s, as a fleet does. The page must fire in Prometheus within 90 s
 # of the onset and of the daemon's gauge rising (Alertmanager's group_wait comes on top, the operator's choice).
 PAGE_BUDGET = 90

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""promtool unit tests of the kernel cohort rules and alert (deploy/mixin/cohorts.libsonnet, issue 26), on a
+"""promtool unit tests of the kernel cohort rules and alert (deploy/mixin/cohorts.libsonnet), on a
 fleet of hosts on two kernel releases. The input series are written here rather than in a YAML file: ten
 hosts of histogram buckets are hundreds of lines that say less than the loop that makes them.
 

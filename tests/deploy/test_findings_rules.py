@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""promtool unit test of the queue findings ticket (deploy/mixin/findings.libsonnet, issue 26): held for 10
+"""promtool unit test of the queue findings ticket (deploy/mixin/findings.libsonnet): held for 10
 minutes, a warning, one per device and finding, and a description that says whether an elevator is there."""
 import os
 

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The mixin under the conventions `mixtool lint` (monitoring-mixins/mixtool, with grafana/dashboard-linter's
 dashboard rules) checks, written here because mixtool is not a Debian package; and `jsonnetfmt --test` on every
-mixin file (issue 25, item 2)."""
+mixin file."""
 import glob
 import json
 import os

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Web configs in exporter-toolkit's schema (issue 25, item 1), against the real tools: each file passes
+"""Web configs in exporter-toolkit's schema, against the real tools: each file passes
 `promtool check web-config` first, then mergewatchd starts with it and serves it to curl, openssl s_client and a
 real Prometheus scraping over TLS. TLS versions, cipher suites and curves are checked by handshakes that must
 fail; certificates and the whole file are re-read when they change on disk.

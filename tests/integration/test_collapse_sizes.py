@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The detector's size rule on real loop devices: relative to what merging would have built.
 
-Issue 12 item 9: lost merges of 8 and 16 KiB pieces page like 4 KiB ones (the old rule counted
+Lost merges of 8 and 16 KiB pieces page like 4 KiB ones (the old rule counted
 only requests of at most 4 KiB), while pieces that merging could not have grown (requests
 already at the queue's max_sectors) never page even with merging off.
 """

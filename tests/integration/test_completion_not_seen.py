@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""A dispatch whose completion never reached the programs is counted (issue 24, point 7).
+"""A dispatch whose completion never reached the programs is counted.
 
 On 6.18 the latency count fell behind the request count with every drop reason at 0. Measured
 (tracefs instance and a second, independent BPF program on the same tracepoints, loop device

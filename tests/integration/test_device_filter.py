@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""--devices.exclude / --devices.include (issue 25, item 3): an excluded device has no series in any family, the
+"""--devices.exclude / --devices.include: an excluded device has no series in any family, the
 others keep theirs; the two flags are mutually exclusive. Real loop devices with real I/O (fio)."""
 import subprocess
 

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Queue findings on real loop devices (issue 26): the series appears within a topology refresh of the
+"""Queue findings on real loop devices: the series appears within a topology refresh of the
 setting that makes it hold, and goes away when the setting is undone. Judged only on the loop devices
 this test made: other engineers' loop devices on the same host may carry any setting."""
 import time

@@ -75,7 +75,7 @@ def test_a_min_core_btf_file_is_refused_with_the_reason(tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 3, (r.returncode, r.stderr)
     assert f"{small} has no btf_trace_block_rq_issue" in r.stderr, r.stderr
-    # --source=auto (issue 23): not an exit but the diskstats source, with the same reason in the log.
+    # --source=auto: not an exit but the diskstats source, with the same reason in the log.
     d = subprocess.Popen([DAEMON_PATH, "--web.listen-address=127.0.0.1:0", f"--path.btf={small}"],
                          stderr=subprocess.PIPE, text=True)
     try:

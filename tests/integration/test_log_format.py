@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""--log.format=json (issue 25, item 4): every line the daemon writes, from start through scrapes and debug
+"""--log.format=json: every line the daemon writes, from start through scrapes and debug
 messages to shutdown, is one whole JSON object with ts, level and msg, also under journald (JOURNAL_STREAM set),
 where logfmt lines get a "<N>" priority prefix and JSON lines must not."""
 import json

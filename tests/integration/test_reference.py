@@ -96,7 +96,7 @@ def test_every_documented_metric_family_is_exported_live(daemon_factory, loop_de
     fio(dev, size_mb=8)
     stacked = daemon_factory(f"--path.sysfs={os.path.join(REPO, 'tests', 'fixtures', 'sysfs', 'seed-lvm-snapshot')}")
     others = families_with_samples(stacked.scrape_text())
-    # LinkedIn's RAID1 members on none with no elevator loaded: the queue findings (issue 26).
+    # LinkedIn's RAID1 members on none with no elevator loaded: the queue findings.
     hdd = daemon_factory(f"--path.sysfs={os.path.join(REPO, 'tests', 'fixtures', 'sysfs', 'md-raid1-hdd')}")
     others |= families_with_samples(hdd.scrape_text())
     assert set(VM_ONLY) <= documented, "VM_ONLY names a family the README does not document"

@@ -119,7 +119,7 @@ def test_inflight_overflow_is_counted_and_the_rest_stays_right(daemon_factory, l
     timed = value(s, LATENCY + "_count", **labels)
     untimed = requests - timed
     # This device's own lost samples (a fresh device: no baseline): no slot at dispatch, a dispatch
-    # whose completion was not seen (complete_not_seen, issue 24), and such a dispatch still held
+    # whose completion was not seen (complete_not_seen), and such a dispatch still held
     # in the table, to be counted when its request comes back.
     full = value(s, LOST, reason="inflight_map_full", **labels)
     not_seen = value(s, LOST, reason="complete_not_seen", **labels)

@@ -209,13 +209,13 @@ LOST = "mergewatch_request_latency_lost_total"
 
 
 def test_every_request_is_timed_or_counted_untimed_on_every_mode_at_once(daemon_factory, loop_device):
-    """Issue 24's case list at once: 30 s of 4 KiB direct reads 64 deep, randread and sequential,
+    """Every known loss case at once: 30 s of 4 KiB direct reads 64 deep, randread and sequential,
     under none and mq-deadline (four loop devices, one fio job each, all running together), watched
     by a tp_btf and a raw_tp daemon together, while a do-nothing program is attached to block_plug
     and detached over and over (what makes this kernel skip the programs on block_rq_complete most:
     mwtest.churn_tracepoint). Once I/O stops, for each (daemon, device), exactly: requests = latency
     samples + samples lost by reason (per device) + dispatches the in-flight table still holds
-    uncompleted (a loss counted only when that request is next dispatched). Issue 24 found 35 of
+    uncompleted (a loss counted only when that request is next dispatched). Measured before: 35 of
     5 M and 293 of 7.6 M untimed with every reason at 0. Not covered, as too rare to matter: two
     CPUs claiming one free in-flight slot at once (see test_reliability's overflow test)."""
     daemons = {mode: daemon_factory(f"--bpf.program-type={mode}") for mode in ("tp_btf", "raw_tp")}

@@ -300,7 +300,7 @@ struct PlugEvidence {
 
 // md RAID0/10 and striped LVs with small chunks: the plug alternates disks, A0 B0 A1. A1's candidate
 // is A0, the newest request of its own queue, although the plug grew by two (the rule "exactly one
-// more" found none here: 80,072 unmerged 4 KiB requests per member and no missed merge, issue 22).
+// more" found none here: 80,072 unmerged 4 KiB requests per member and no missed merge).
 TEST(PlugEvidence, APlugOfSeveralQueuesKeepsEachQueuesNewestRequest) {
   KernelPlug plug;
   PlugEvidence seen;

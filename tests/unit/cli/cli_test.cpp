@@ -202,7 +202,7 @@ TEST(DeviceView, QuantilesLikeHistogramQuantileAndTheBucketlessSource) {
   EXPECT_DOUBLE_EQ(Quantile(h, 0.75), 1.5);
   h.cumulative = {{1, 0}, {2, 10}, {HUGE_VAL, 20}};
   EXPECT_DOUBLE_EQ(Quantile(h, 0.99), 2);  // in +Inf: the highest finite bound
-  Histogram only_inf;  // the diskstats source (issue 23): counts and sums, no buckets
+  Histogram only_inf;  // the diskstats source: counts and sums, no buckets
   only_inf.cumulative = {{HUGE_VAL, 5}};
   only_inf.count = 5;
   EXPECT_TRUE(std::isnan(Quantile(only_inf, 0.5)));
@@ -240,7 +240,7 @@ TEST(Render, StatusNamesTheDeviceCollapseQueueSettingsAndRemedy) {
             std::string::npos);
 }
 
-// The diskstats source (issue 23) has histograms with only the +Inf bucket: the host is shown
+// The diskstats source has histograms with only the +Inf bucket: the host is shown
 // with what it has, means and no percentiles, never a made-up distribution.
 TEST(Render, ASourceWithoutBucketsShowsMeansAndNoPercentiles) {
   const auto scrape = [](double requests) {

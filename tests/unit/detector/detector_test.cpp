@@ -425,7 +425,7 @@ INSTANTIATE_TEST_SUITE_P(
       return name + "_" + std::to_string(info.index);
     });
 
-// Item 9 of issue 12: 8 and 16 KiB snapshot chunks (16- and 32-sector requests, 98% missed,
+// 8 and 16 KiB snapshot chunks (16- and 32-sector requests, 98% missed,
 // measured in the VM) page like 4 KiB ones, in both modes.
 TEST(CollapseDetector, EightAndSixteenKibChunksRaiseLikeFour) {
   for (uint64_t chunk : {4096ull, 8192ull, 16384ull}) {
@@ -518,7 +518,7 @@ TEST(CollapseDetector, WatchesTheMultipathHeadAndNamesThePathQueues) {
 }
 
 // ---------------------------------------------------------------------------
-// Evidence per upper device (issue 22): the condition is decided per (disk, upper device the
+// Evidence per upper device: the condition is decided per (disk, upper device the
 // I/O was submitted to), from the remap chain's per-pair counts.
 
 // What one upper device's I/O did at the disk in one second.
@@ -608,7 +608,7 @@ PairLoad SnapshotBackup() {
 // The live service: four random 8 KiB readers at queue depth 32 on the origin LV: nothing contiguous.
 PairLoad LiveRandomReaders() { return PairLoad{1, 7700, 8192, 0, 0, 0, 0, 7700, 8192}; }
 
-// Issue 22, measured on the 6.1 VM: 9,300 requests/s on the disk, missed share 0.17-0.27 over the whole
+// Measured on the 6.1 VM: 9,300 requests/s on the disk, missed share 0.17-0.27 over the whole
 // disk, the origin's 8 KiB bios chosen as "upper": no page. Per pair, the snapshot's requests are all
 // missed merges: it pages, and names the snapshot.
 TEST(CollapsePerUpper, ABackupReadingASnapshotPagesBesideABusyOriginAndNamesTheSnapshot) {
@@ -691,7 +691,7 @@ TEST(CollapsePerUpper, HealthyIoOnOtherUpperDevicesNeverHidesThePair) {
   }
 }
 
-// The harness case of issue 22: an application on a raw partition writes small contiguous batches
+// A test-harness case: an application on a raw partition writes small contiguous batches
 // (missed merges, nothing remapped) while an unrelated LV's writeback is remapped with large bios. The
 // whole-disk rule paged "under" the LV; per pair, the LV's requests are healthy and the partition's I/O
 // has no upper device (required by default): no page.
@@ -773,7 +773,7 @@ TEST(CollapsePerUpper, EachDiskUnderTheSnapshotIsItsOwnPair) {
 }
 
 // ---------------------------------------------------------------------------
-// Counters that go backwards (issue 22 item 4): a multipath path disk deleted takes its keys, and its
+// Counters that go backwards: a multipath path disk deleted takes its keys, and its
 // share of the head's sums, with it. The window restarts at the drop: it never spans the reset.
 TEST(CollapseDetector, AWindowNeverSpansACounterReset) {
   // A trickle below the rate floor; then the head loses most of its history (one path disk's keys
@@ -809,7 +809,7 @@ TEST(CollapseDetector, AWindowNeverSpansACounterReset) {
 }
 
 // ---------------------------------------------------------------------------
-// The remedy for each cause (issue 22 item 5).
+// The remedy for each cause.
 bool Has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 TEST(CollapseRemedy, Nomerges2SetsNomergesToZeroAndNamesTheChunkPieces) {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// A multipath head's counters never go backwards while the head lives (issue 22, point 4): a path
+// A multipath head's counters never go backwards while the head lives: a path
 // controller deleted (delete_controller, ctrl_loss_tmo) takes its path disk's BPF keys, and what
 // that path counted stays under the head's key.
 #include <gtest/gtest.h>

@@ -223,7 +223,7 @@ TEST(DetectionInfoFamily, NamesTheSourceEvidenceWhatIsMissingAndWhy) {
   EXPECT_EQ(DetectionInfoFamily(DiskstatsStatus(std::string(500, 'x'))).metric[0].label[3].value.size(), 200u);
 }
 
-// Issue 22: the detector relies on block_getrq and block_bio_remap though only block_rq_issue and
+// The detector relies on block_getrq and block_bio_remap though only block_rq_issue and
 // block_rq_complete must load: either one not attached (or not loaded at all) makes it blind, said in
 // the one info metric; block_bio_queue (detached on purpose without stacked devices) never does.
 TEST(WithProgramEvidence, BlindWhenAProgramTheDetectorNeedsIsNotAttached) {
