@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// What keeps one client (or a few) from taking the endpoint away from Prometheus (issue 24):
+// What keeps one client (or a few) from taking the endpoint away from Prometheus:
 // connection caps per client address and in total, a gate in front of bcrypt, and the counters
 // that show them working. Pure cores: the clock and the client's address are parameters.
 #pragma once

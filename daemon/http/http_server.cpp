@@ -27,7 +27,7 @@ bool Gzip(const std::string& data, std::string* out) {
   z_stream stream{};
   // windowBits 15 + 16: a gzip header and trailer rather than zlib's. Level 1: on a scrape of 32
   // devices (270 KB) it costs a third of the default level's CPU (0.45 against 1.4 ms) for a body
-  // 14% larger (27 against 24 KB), and the CPU is what every scrape pays (BENCHMARKS.md, issue 14).
+  // 14% larger (27 against 24 KB), and the CPU is what every scrape pays (BENCHMARKS.md, "Scrape cost").
   if (deflateInit2(&stream, Z_BEST_SPEED, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) return false;
   out->resize(deflateBound(&stream, data.size()) + 32);
   stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
@@ -609,7 +609,7 @@ void HttpServer::HousekeepingLoop() {
     }
     // After a flood of connections, the heap keeps what their buffers took (glibc returns only
     // a free top of the heap by itself, and fragmentation leaves little free there): hand the
-    // free pages back once most of them closed (issue 24: RSS 8.8 -> 40.5 MB after three floods).
+    // free pages back once most of them closed (measured: RSS 8.8 -> 40.5 MB after three floods).
     high_water = std::max(high_water, peak);
     if (high_water >= 64 && open <= high_water / 4) {
       malloc_trim(0);

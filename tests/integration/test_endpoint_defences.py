@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The endpoint under attack (issue 24), with the issue's numbers as the cases: wrong-password floods, connection
+"""The endpoint under attack, with the measured attacks as the cases: wrong-password floods, connection
 floods from one and from many addresses, memory after floods, hashes refused at start, a web config that secures
 nothing, loose request targets, and the signals. All traffic is on loopback (127.0.0.0/8: 127.0.0.1 scrapes, the
 "attackers" bind 127.0.0.2 and up), bounded in count and time."""
@@ -96,7 +96,7 @@ def more_fds():
 
 
 class Auth:
-    """A web config with one basic-auth user, bcrypt cost 10 (the issue's: 52 ms a check here)."""
+    """A web config with one basic-auth user, bcrypt cost 10 (52 ms a check here)."""
 
     def __init__(self, tmp_path, cost=10):
         import bcrypt

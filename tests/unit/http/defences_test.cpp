@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The pure cores of the endpoint's defences (issue 24): client keys, connection caps, the gate in
+// The pure cores of the endpoint's defences: client keys, connection caps, the gate in
 // front of bcrypt, the request-target and Host checks, and the start-up hash checks.
 #include <arpa/inet.h>
 #include <crypt.h>
