@@ -32,7 +32,11 @@ TEST_PACKAGES := libgtest-dev \
 	fio curl util-linux python3 python3-pytest python3-prometheus-client prometheus \
 	qemu-system-x86 busybox-static kmod cpio lvm2 mdadm e2fsprogs iproute2 procps gzip xz-utils zstd \
 	prometheus-alertmanager systemd strace openssl python3-bcrypt tmux $(PACKAGING_PACKAGES)
-DEB_PACKAGES := $(RUN_PACKAGES) $(TEST_PACKAGES)
+# `make release` (mk/release.mk): the Debian 11 root it builds in is made with debootstrap.
+RELEASE_PACKAGES := debootstrap
+# `make rpm`: rpmbuild and rpmlint (Debian's builds of them).
+RPM_PACKAGES := rpm rpmlint
+DEB_PACKAGES := $(RUN_PACKAGES) $(TEST_PACKAGES) $(RELEASE_PACKAGES) $(RPM_PACKAGES)
 
 ifeq ($(V),1)
 Q :=
@@ -67,6 +71,8 @@ CLI       := $(BUILD)/mergewatch
 
 # make deb, make mixin, make dashboard-picture; defines $(DEB), which test-vm needs.
 include mk/package.mk
+# make release: the tarball of binaries for any x86-64 Linux with glibc >= 2.31 (uses $(DEB_VERSION)).
+include mk/release.mk
 
 # pkg-config runs in the sub-make started after `deps`, when the packages are there.
 PKG_LIBS  = $(shell pkg-config --libs prometheus-cpp-core libbpf libmicrohttpd gnutls yaml-cpp libxcrypt) -lelf -lz -lpthread
@@ -93,6 +99,9 @@ help:
 	@echo '  make build           build $(DAEMON), $(CLI) and the unit tests (no package installs)'
 	@echo '  make cli             build $(CLI), the on-call command (mergewatch status, mergewatch top)'
 	@echo '  make deb             the Debian package: $(BUILD)/deb/mergewatch_<version>_<arch>.deb, then lintian'
+	@echo '  make release         $(BUILD)/release/mergewatch-<version>.linux-amd64.tar.gz + sha256sums.txt: static binaries for glibc >= 2.31, built in a Debian 11 root (debootstrap, cached in $(BUILD)/release/; root)'
+	@echo '  make test-release    tests/release on the tarball and the RPM: NEEDED libraries, glibc symbol versions, run and ldd in a pristine Debian 11 root, rpm -qlp, rpmlint (root)'
+	@echo '  make rpm             $(BUILD)/rpm/RPMS/x86_64/mergewatch-<version>-1.x86_64.rpm: the release payload as an RPM (rpmbuild), then rpmlint (root)'
 	@echo '  make mixin           regenerate deploy/prometheus/mergewatch.rules.yml and the Grafana dashboard from deploy/mixin/'
 	@echo '  make dashboard-picture  docs/dashboard.png: the dashboard panels queried from a real Prometheus (root)'
 	@echo '  make test-unit       GoogleTest unit tests only (no root needed)'

@@ -14,6 +14,12 @@
 
 #include "topology/topology.h"
 
+// glibc before 2.32 (Debian 11's 2.31, which the release binaries are built with) has no SYS_openat2;
+// the kernel headers define __NR_openat2 (Linux 5.6 and later, Debian 11's linux-libc-dev 5.10 included).
+#ifndef SYS_openat2
+#define SYS_openat2 __NR_openat2
+#endif
+
 namespace mergewatch {
 namespace {
 
@@ -28,7 +34,7 @@ std::optional<std::string> ReadLink(const std::string& path) {
 // dev/block/M:m and its symlink itself and refuses whatever would leave the root (an absolute
 // symlink, ".." above it: EXDEV), the containment ReadSysfsAttribute's walk gives with one lstat
 // per path component, for half its cost (17 against 34 us per device on 6.18; the walk was half
-// of a scrape's CPU, BENCHMARKS.md "Scrape cost (issue 14)"). `root` is an O_PATH descriptor of
+// of a scrape's CPU, BENCHMARKS.md "Scrape cost"). `root` is an O_PATH descriptor of
 // the sysfs root, opened once. nullopt when openat2 cannot be used (before 5.6, or refused by a
 // seccomp filter): the caller then takes the portable walk.
 std::optional<uint64_t> ReadDiskseqBeneath(int root, const std::string& rel) {
