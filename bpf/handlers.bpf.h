@@ -9,7 +9,11 @@
  */
 #include "core_fixes.bpf.h"
 
-/* The stats slot of `key`, made if missing; NULL (counted) when the map is full. */
+/*
+ * The stats slot of `key`, made if missing: in dev_stats, or where dev_stats refused to make it
+ * (ENOMEM, E2BIG, EBUSY: mergewatch.bpf.c, dev_stats_spill) in the spill map. NULL (counted)
+ * only when both refuse.
+ */
 static __always_inline struct mw_dev_stats *MW_FN(stats_of_key)(const struct mw_dev_key *key)
 {
 	struct mw_dev_stats *stats = bpf_map_lookup_elem(&dev_stats, key);
@@ -19,6 +23,13 @@ static __always_inline struct mw_dev_stats *MW_FN(stats_of_key)(const struct mw_
 	/* EEXIST from a racing CPU is fine: the lookup below finds its entry. */
 	bpf_map_update_elem(&dev_stats, key, &zero_stats, BPF_NOEXIST);
 	stats = bpf_map_lookup_elem(&dev_stats, key);
+	if (stats)
+		return stats;
+	stats = bpf_map_lookup_elem(&dev_stats_spill, key);
+	if (stats)
+		return stats;
+	bpf_map_update_elem(&dev_stats_spill, key, &zero_stats, BPF_NOEXIST);
+	stats = bpf_map_lookup_elem(&dev_stats_spill, key);
 	if (!stats)
 		count_event(MW_CNT_STATS_FULL);
 	return stats;
@@ -562,12 +573,20 @@ static __always_inline struct mw_origin_stats *MW_FN(origin_stats_of)(struct bio
 	key.op = op;
 	key.diskseq = MW_FN(mw_disk_seq)(disk);
 	stats = bpf_map_lookup_elem(&origin_stats, &key);
-	if (!stats) {
-		bpf_map_update_elem(&origin_stats, &key, &zero, BPF_NOEXIST);
-		stats = bpf_map_lookup_elem(&origin_stats, &key);
-		if (!stats)
-			count_event(MW_CNT_ORIGIN_FULL);
-	}
+	if (stats)
+		return stats;
+	bpf_map_update_elem(&origin_stats, &key, &zero, BPF_NOEXIST);
+	stats = bpf_map_lookup_elem(&origin_stats, &key);
+	if (stats)
+		return stats;
+	/* origin_stats refused to make it (see stats_of_key): the spill map counts it */
+	stats = bpf_map_lookup_elem(&origin_spill, &key);
+	if (stats)
+		return stats;
+	bpf_map_update_elem(&origin_spill, &key, &zero, BPF_NOEXIST);
+	stats = bpf_map_lookup_elem(&origin_spill, &key);
+	if (!stats)
+		count_event(MW_CNT_ORIGIN_FULL);
 	return stats;
 }
 

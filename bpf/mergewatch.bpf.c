@@ -38,6 +38,35 @@ struct {
 } dev_stats SEC(".maps");
 
 /*
+ * A program cannot always create a key in dev_stats: without preallocation each new entry comes
+ * from an allocator that can be empty at that moment. Since v6.1 that is the BPF memory
+ * allocator's per-CPU free list, refilled by an irq_work after it runs low, commit ee4ed53c5eb6
+ * ("bpf: Convert percpu hash map to per-cpu bpf_mem_alloc."); before, a GFP_ATOMIC allocation.
+ * Measured on Debian's 6.1 (two daemons, an LV created and read 20 times): one -ENOMEM among 53
+ * new keys, and in another boot the first bio of an LV was not counted (63 of 64, device_map_full
+ * 1). A full map (-E2BIG) or a bucket held by the program this one interrupted (-EBUSY) refuse too.
+ * Such an event is counted here instead, in a small preallocated map that never needs an
+ * allocation; the daemon sums both maps per key and deletes a device's keys from both. A key
+ * lands here only for the events counted while dev_stats refused it. Preallocated per-CPU
+ * values are zeroed on every CPU when an element is reused, commit d3bec0138bfb ("bpf:
+ * Zero-fill re-used per-cpu map element"), v5.10.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, MW_SPILL_KEYS);
+	__type(key, struct mw_dev_key);
+	__type(value, struct mw_dev_stats);
+} dev_stats_spill SEC(".maps");
+
+/* The stats of `key` if some map holds them, never creating any. */
+static __always_inline struct mw_dev_stats *existing_stats(const struct mw_dev_key *key)
+{
+	struct mw_dev_stats *stats = bpf_map_lookup_elem(&dev_stats, key);
+
+	return stats ? stats : bpf_map_lookup_elem(&dev_stats_spill, key);
+}
+
+/*
  * Requests in flight: a two-way set-associative table indexed by a hash of the request
  * pointer (blk-mq preallocates its requests, so a pointer is unique while in flight).
  * An array slot is an inlined memory access; a hash map costs an update, two lookups and
@@ -127,7 +156,7 @@ static __always_inline void count_not_seen(const struct mw_inflight *slot)
 {
 	struct mw_dev_key key = { .major = slot->major, .minor = slot->minor, .op = slot->op,
 				  .diskseq = slot->diskseq };
-	struct mw_dev_stats *stats = bpf_map_lookup_elem(&dev_stats, &key);
+	struct mw_dev_stats *stats = existing_stats(&key);
 
 	count_event(MW_CNT_COMPLETE_NOT_SEEN);
 	if (stats)
@@ -355,6 +384,14 @@ struct {
 	__type(key, struct mw_origin_key);
 	__type(value, struct mw_origin_stats);
 } origin_stats SEC(".maps");
+
+/* What origin_stats could not take, as dev_stats_spill for dev_stats. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, MW_SPILL_KEYS);
+	__type(key, struct mw_origin_key);
+	__type(value, struct mw_origin_stats);
+} origin_spill SEC(".maps");
 
 /* Set once a stacking driver remapped a bio: until then no request pays for the lookup. */
 __u32 remaps_seen = 0;

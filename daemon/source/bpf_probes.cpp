@@ -7,7 +7,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <stdexcept>
+#include <vector>
 
 #include "log.h"
 
@@ -27,11 +29,51 @@ std::unique_ptr<BpfProbes> BpfProbes::FromReply(LoadReply reply, ProbeError* err
   return std::unique_ptr<BpfProbes>(new BpfProbes(std::move(reply)));
 }
 
+namespace {
+
+// The descriptor among `fds` of the map the kernel names `name` (15 characters at most), or -1.
+int MapNamed(const std::vector<int>& fds, const char* name) {
+  for (int fd : fds) {
+    bpf_map_info info{};
+    uint32_t length = sizeof(info);
+    if (bpf_obj_get_info_by_fd(fd, &info, &length) == 0 && strcmp(info.name, name) == 0) return fd;
+  }
+  return -1;
+}
+
+// Every key of the per-CPU stats map `fd`, its values summed over `ncpus` CPUs into `*out`
+// under the key `to_key` makes of it (added to what is there: a key can be in a map and its
+// spill map). See Read on the walk.
+template <typename RawKey, typename Value, typename SnapshotKey, typename ToKey, typename Accumulate>
+void SumPerCpuMap(int fd, int ncpus, ToKey to_key, Accumulate accumulate, std::map<SnapshotKey, Value>* out) {
+  if (fd < 0) return;
+  std::vector<Value> per_cpu(static_cast<size_t>(ncpus));
+  VisitEachKeyOnce<RawKey>(
+      [&](const RawKey* prev, RawKey* next) { return bpf_map_get_next_key(fd, prev, next) == 0; },
+      [&](const RawKey& key) {
+        // A key deleted between get_next_key and lookup is skipped, not an error.
+        if (bpf_map_lookup_elem(fd, &key, per_cpu.data()) != 0) return;
+        Value& total = (*out)[to_key(key)];
+        for (const Value& cpu : per_cpu) accumulate(cpu, &total);
+      });
+}
+
+DevOpKey ToDevOpKey(const mw_dev_key& k) { return DevOpKey{k.major, k.minor, k.op, k.diskseq}; }
+OriginKey ToOriginKey(const mw_origin_key& k) {
+  return OriginKey{k.major, k.minor, k.origin_major, k.origin_minor, k.op, k.diskseq};
+}
+
+}  // namespace
+
 BpfProbes::BpfProbes(LoadReply reply) : loaded_(std::move(reply)) {
   for (LoadedProgram& p : loaded_.programs) {
     if (p.tracepoint == "block_bio_queue") bio_queue_ = &p;
     programs_.push_back(ProgramStatus{p.tracepoint, p.mode, p.link_fd >= 0});
   }
+  dev_spill_fd_ = MapNamed(loaded_.other_map_fds, "dev_stats_spill");
+  origin_spill_fd_ = MapNamed(loaded_.other_map_fds, "origin_spill");
+  if (dev_spill_fd_ < 0 || origin_spill_fd_ < 0)
+    LogWarn("the BPF object's spill maps were not found: a key a program cannot create is not counted");
 }
 
 // Without libbpf's object: a tp_btf program names its attach target itself (set at load), a
@@ -79,8 +121,8 @@ size_t BpfProbes::attached_count() const {
 // Exact while devices go away: bpf_map_get_next_key() on a key deleted under the walk
 // restarts at the first key, and every key before it would be summed twice (a doubled
 // counter, then a "reset" on the next scrape). Two guards: only the daemon deletes keys of
-// dev_stats and origin_stats (Forget; the BPF programs never do), and Forget never runs
-// during a walk (maps_mutex_); and each walk visits a key once (VisitEachKeyOnce), which
+// dev_stats, origin_stats and their spill maps (Forget; the BPF programs never do), and Forget
+// never runs during a walk (maps_mutex_); and each walk visits a key once (VisitEachKeyOnce), which
 // alone keeps the sums exact should anything else delete. Batch lookups were the other
 // choice: they race a deleter too (a bucket deleted mid-batch), and walking a few hundred
 // keys is short.
@@ -94,29 +136,12 @@ Snapshot BpfProbes::Read() {
   const int ncpus = libbpf_num_possible_cpus();
   if (ncpus <= 0) throw std::runtime_error("cannot count possible CPUs");
 
-  int stats_fd = loaded_.dev_stats_fd;
-  std::vector<mw_dev_stats> per_cpu(static_cast<size_t>(ncpus));
-  VisitEachKeyOnce<mw_dev_key>(
-      [&](const mw_dev_key* prev, mw_dev_key* next) { return bpf_map_get_next_key(stats_fd, prev, next) == 0; },
-      [&](const mw_dev_key& key) {
-        // A key deleted between get_next_key and lookup is skipped, not an error.
-        if (bpf_map_lookup_elem(stats_fd, &key, per_cpu.data()) != 0) return;
-        mw_dev_stats& total = snapshot.stats[DevOpKey{key.major, key.minor, key.op, key.diskseq}];
-        for (const mw_dev_stats& cpu : per_cpu) AccumulateStats(cpu, &total);
-      });
-
-  int origin_fd = loaded_.origin_stats_fd;
-  std::vector<mw_origin_stats> origin_per_cpu(static_cast<size_t>(ncpus));
-  VisitEachKeyOnce<mw_origin_key>(
-      [&](const mw_origin_key* prev, mw_origin_key* next) {
-        return bpf_map_get_next_key(origin_fd, prev, next) == 0;
-      },
-      [&](const mw_origin_key& okey) {
-        if (bpf_map_lookup_elem(origin_fd, &okey, origin_per_cpu.data()) != 0) return;
-        mw_origin_stats& total = snapshot.origins[OriginKey{okey.major, okey.minor, okey.origin_major,
-                                                            okey.origin_minor, okey.op, okey.diskseq}];
-        for (const mw_origin_stats& cpu : origin_per_cpu) AccumulateOrigin(cpu, &total);
-      });
+  // A key's events are in dev_stats, or in the spill map while dev_stats refused the key, or
+  // in both (a later event created it): the sum is its count.
+  for (int fd : {loaded_.dev_stats_fd, dev_spill_fd_})
+    SumPerCpuMap<mw_dev_key, mw_dev_stats>(fd, ncpus, ToDevOpKey, AccumulateStats, &snapshot.stats);
+  for (int fd : {loaded_.origin_stats_fd, origin_spill_fd_})
+    SumPerCpuMap<mw_origin_key, mw_origin_stats>(fd, ncpus, ToOriginKey, AccumulateOrigin, &snapshot.origins);
 
   int counts_fd = loaded_.event_counts_fd;
   std::vector<uint64_t> counts(static_cast<size_t>(ncpus));
@@ -135,15 +160,16 @@ Snapshot BpfProbes::Read() {
 
 void BpfProbes::Forget(const StaleKeys& keys) {
   std::lock_guard<std::mutex> maps_lock(maps_mutex_);  // never under a Read's walk (see Read)
-  int stats_fd = loaded_.dev_stats_fd;
+  // From both maps of each kind (see Read); ENOENT (not in that one, or already gone) is fine.
   for (const DevOpKey& k : keys.stats) {
     mw_dev_key key{k.major, k.minor, k.op, 0, k.diskseq};
-    bpf_map_delete_elem(stats_fd, &key);  // ENOENT: already gone, fine
+    for (int fd : {loaded_.dev_stats_fd, dev_spill_fd_})
+      if (fd >= 0) bpf_map_delete_elem(fd, &key);
   }
-  int origin_fd = loaded_.origin_stats_fd;
   for (const OriginKey& k : keys.origins) {
     mw_origin_key key{k.major, k.minor, k.origin_major, k.origin_minor, k.op, 0, k.diskseq};
-    bpf_map_delete_elem(origin_fd, &key);
+    for (int fd : {loaded_.origin_stats_fd, origin_spill_fd_})
+      if (fd >= 0) bpf_map_delete_elem(fd, &key);
   }
 }
 

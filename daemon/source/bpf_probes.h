@@ -50,6 +50,10 @@ class BpfProbes final : public SnapshotSource {
   std::mutex maps_mutex_;     // a map walk (Read) and key deletion (Forget) never overlap
   std::vector<ProgramStatus> programs_;
   LoadedProgram* bio_queue_ = nullptr;  // in loaded_.programs, if loaded
+  // dev_stats_spill and origin_spill (mergewatch.bpf.c): the keys a program could not create in
+  // dev_stats or origin_stats, counted apart. Among loaded_.other_map_fds, found by name; -1 if not.
+  int dev_spill_fd_ = -1;
+  int origin_spill_fd_ = -1;
 };
 
 }  // namespace mergewatch

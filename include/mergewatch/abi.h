@@ -38,6 +38,12 @@
 /* Bounds of the maps; the in-flight map size can be changed at load time. */
 #define MW_MAX_DEV_OP_KEYS 8192
 #define MW_MAX_ORIGIN_KEYS 4096
+/*
+ * Keys a BPF program could not create in dev_stats or origin_stats (ENOMEM, E2BIG, EBUSY) are
+ * counted in a preallocated map of this size each, summed with the main map by the daemon
+ * (the *_spill maps in mergewatch.bpf.c say why).
+ */
+#define MW_SPILL_KEYS 32
 /* Remapped bios waiting for their request: the chain's last hop per (device, sector). */
 #define MW_REMAP_ENTRIES 16384
 #define MW_DEFAULT_INFLIGHT_ENTRIES 65536
@@ -130,7 +136,7 @@ struct mw_dev_stats {
 	 * by reason: no in-flight slot at dispatch (inflight_map_full), or dispatched again with
 	 * neither a completion nor a requeue seen since (complete_not_seen, charged to the device
 	 * and op of the dispatch that lost it). Once I/O stops and every request has been reused,
-	 * size count = latency count + these two (issue 24); the host-wide event_counts keep
+	 * size count = latency count + these two; the host-wide event_counts keep
 	 * counting the same events for every device.
 	 */
 	__u64 latency_lost_inflight_full;
@@ -139,10 +145,10 @@ struct mw_dev_stats {
 
 /* Indexes of the per-CPU event counter array: what the daemon reports as dropped or unmatched. */
 #define MW_CNT_INFLIGHT_FULL 0     /* a request could not be tracked: the in-flight map was full */
-#define MW_CNT_STATS_FULL 1        /* a device/op could not get a stats slot: too many devices */
+#define MW_CNT_STATS_FULL 1        /* a device/op got a stats slot in neither dev_stats nor its spill map */
 #define MW_CNT_COMPLETE_UNMATCHED 2 /* a data completion whose issue was not seen: issued before attach */
 #define MW_CNT_NO_DISK 3           /* a data request without a gendisk, not attributed */
-#define MW_CNT_ORIGIN_FULL 4       /* a remapped request could not be attributed: too many origins */
+#define MW_CNT_ORIGIN_FULL 4       /* a remapped request not attributed: neither origin_stats nor its spill took it */
 #define MW_CNT_COMPLETE_NOT_SEEN 5 /* a request dispatched again with no completion or requeue seen since: untimed */
 /* Indexes from here on are traffic that is not block I/O, not lost events. */
 #define MW_CNT_FIRST_NOT_LOST 6

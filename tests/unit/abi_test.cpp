@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <linux/types.h>
 
+#include <cstring>
 #include <memory>
 
 #include "mergewatch.skel.h"
@@ -63,6 +64,31 @@ TEST(AbiSizes, MatchTheSkeletonMaps) {
   EXPECT_EQ(bpf_map__max_entries(skel->maps.event_counts), static_cast<__u32>(MW_CNT_MAX));
   EXPECT_EQ(bpf_map__value_size(skel->maps.event_counts), sizeof(__u64));
   EXPECT_EQ(bpf_map__max_entries(skel->maps.inflight), static_cast<__u32>(MW_DEFAULT_INFLIGHT_ENTRIES));
+}
+
+// Where a program counts a key that dev_stats or origin_stats refused to create (-ENOMEM from the
+// kernel's BPF allocator on 6.1): the same layouts, read by the same code, and preallocated, so that
+// a key made there never needs an allocation that can fail the same way.
+TEST(AbiSizes, SpillMapsMatchTheirMainMapsAndArePreallocated) {
+  std::unique_ptr<mergewatch_bpf, decltype(&mergewatch_bpf__destroy)> skel(mergewatch_bpf__open(),
+                                                                           &mergewatch_bpf__destroy);
+  ASSERT_NE(skel, nullptr);
+  const struct {
+    const bpf_map* spill;
+    const bpf_map* main;
+  } pairs[] = {{skel->maps.dev_stats_spill, skel->maps.dev_stats}, {skel->maps.origin_spill, skel->maps.origin_stats}};
+  for (const auto& p : pairs) {
+    SCOPED_TRACE(bpf_map__name(p.spill));
+    EXPECT_EQ(bpf_map__type(p.spill), bpf_map__type(p.main));
+    EXPECT_EQ(bpf_map__key_size(p.spill), bpf_map__key_size(p.main));
+    EXPECT_EQ(bpf_map__value_size(p.spill), bpf_map__value_size(p.main));
+    EXPECT_EQ(bpf_map__max_entries(p.spill), static_cast<__u32>(MW_SPILL_KEYS));
+    EXPECT_EQ(bpf_map__map_flags(p.spill) & BPF_F_NO_PREALLOC, 0u);
+    EXPECT_NE(bpf_map__map_flags(p.main) & BPF_F_NO_PREALLOC, 0u);
+  }
+  // The daemon finds them among the loader's descriptors by the kernel's name: 15 characters at most.
+  EXPECT_LE(strlen(bpf_map__name(skel->maps.dev_stats_spill)), 15u);
+  EXPECT_LE(strlen(bpf_map__name(skel->maps.origin_spill)), 15u);
 }
 
 }  // namespace

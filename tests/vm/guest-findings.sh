@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
 # Guest side, third part of the scenario boot (called at the end of guest-scenario.sh, same VM, after
-# guest-stacking.sh): the queue findings (issue 26) on the LinkedIn hosts' shape, on the real 6.1 kernel.
+# guest-stacking.sh): the queue findings on the LinkedIn hosts' shape, on the real 6.1 kernel.
 # md RAID1 over the two emulated 7200 rpm disks (run-vm.sh --rotational-disks 2: QEMU scsi-hd on a
 # single-queue virtio-scsi controller):
 #   1. the kernel's own choice for them (one hardware queue, mq-deadline built in: mq-deadline), no finding;

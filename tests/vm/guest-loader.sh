@@ -97,7 +97,7 @@ run_case() {
 }
 
 # --source=bpf in every case: the loader's own verdict (the default, auto, would run on diskstats instead of
-# exiting: issue 23's fallback, which guest-scenario.sh's nocap-* cases and test_vm_diskstats.py cover).
+# exiting: auto's fallback to diskstats, which guest-scenario.sh's nocap-* cases and test_vm_diskstats.py cover).
 run_case auto ready --source=bpf
 run_case raw_tp ready --source=bpf --bpf.program-type=raw_tp
 if [ -s /sys/kernel/btf/vmlinux ]; then

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
-# Guest side: a native NVMe multipath path controller goes away while its head lives (issue 22,
+# Guest side: a native NVMe multipath path controller goes away while its head lives (
 # point 4). Called at the end of guest-stacking.sh in the scenario boot (run-vm.sh --multipath --path-removal), or
 # alone: run-vm.sh --multipath --script tests/vm/guest-multipath.sh --daemon ... --metrics-url ...
 #   The head (serial mwmp01) reads with the round-robin I/O policy, so both path disks count requests;

@@ -147,7 +147,7 @@ multi_stack_cases() {	# multi_stack_cases STACK DEV [COUNT]
 }
 # A backup reading the snapshot while a live service hammers its origin with random 8 KiB reads (four
 # jobs at queue depth 32, direct), nomerges=2 on both disks: each disk's (disk, snapshot) pair is raised,
-# the (disk, origin) pairs are judged on their own requests and stay quiet (issue 22, point 2: one
+# the (disk, origin) pairs are judged on their own requests and stay quiet (measured: one
 # disk-wide judgement picked the origin, with the most requests, as the upper device and never paged).
 # Files $OUT/live-*.
 backup_while_live() {	# backup_while_live SNAPDEV ORIGINDEV
@@ -390,7 +390,7 @@ res bio_queue_after_lvcreate_seconds "$t"
 log "$VG/late is $late: block_bio_queue attached after $t s"
 # Both daemons count the LV's bios, so the other one's attach must not fall inside the counted read:
 # a probe added to a tracepoint while the read runs is a change the count would have to survive
-# (issue 24 measured programs missing events while tracepoints were switched on and off).
+# (measured: programs missed events while tracepoints were switched on and off).
 t=$(wait_series 19872 "$BIOQ" 1 15) || die "block_bio_queue not attached after lvcreate on 19872 ($t)"
 # The kernel's run counts of each program (mergewatch_bpf_program_runs_total): a count that comes up
 # short then says whether the kernel ran the program fewer times or the program did not count.

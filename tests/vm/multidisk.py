@@ -22,7 +22,7 @@ def collapse_series(s, disks):
 def check_stack_raised(st, res, stack):
     """nomerges=2 on both disks: each disk's (disk, snapshot) pair is raised, nothing else on them. The
     plug of each io_submit holds requests of both disks (A0 B0 A1 ...): the per-plug generation rule
-    sees the missed merges the "rq_count grew by one" rule missed (issue 22, point 1)."""
+    sees the missed merges the "rq_count grew by one" rule missed."""
     disks, snap = multi_disks(res), res[f"{stack}_upper"]
     s = st.samples(f"multi-{stack}-nm2.prom")
     raised = {pair for pair, v in collapse_series(s, disks).items() if v == 1}
@@ -96,7 +96,7 @@ def check_stack_counts(st, res, stack, nomerges):
 def check_mirror_writes_raised(st, res, stack):
     """nomerges=2: both members receive every write, each leg remapped from the same md hop, and each member's
     (disk, origin) pair is raised with the collapse's evidence (4 KiB requests under 64 KiB bios, most of them
-    missed merges: the legs of one plug, A0 B0 A1 B1, are the multi-queue plug of issue 22's point 1); no pair
+    missed merges: the legs of one plug, A0 B0 A1 B1, are the multi-queue plug above); no pair
     on either disk is raised under anything else. (Before the chain left the md hop's entry for the bio's other
     clone, the second member's requests counted under md, upper="", and its pair never paged.)"""
     disks, origin = multi_disks(res), res[f"{stack}_upper"]

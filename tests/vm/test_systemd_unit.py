@@ -269,7 +269,7 @@ def test_driver_checks_all_passed(res):
            f"exit-status {read('exit-status').strip()!r}, driver checks failed: {failed}")
 
 
-# --- issue 13: socket activation and a dm name that is not UTF-8 (driver step 8) ---------------------------
+# --- socket activation and a dm name that is not UTF-8 (driver step 8) ---------------------------
 
 def test_socket_activation_starts_the_service_on_the_first_connection(res):
     """The shipped mergewatchd.socket (installed by make install) holds [::]:9863; with --web.systemd-socket in

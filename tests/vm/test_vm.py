@@ -193,7 +193,7 @@ def test_origin_read_is_recorded(scenario_run):
                          [(k, 16) for k in KERNELS if k == "6.1"],
                          indirect=["scenario_run"])
 def test_snapshot_chunks_of_8_and_16_kib_with_nomerges_2_raise_naming_the_snapshot(scenario_run, kib):
-    """Issue 12 item 9: the snapshot sends its bios down as kib-sized requests, one by one;
+    """The snapshot sends its bios down as kib-sized requests, one by one;
     the detector pages as for 4 KiB chunks. The VG sits on a partition (nvme?n1p1), so this
     also shows LVM on an NVMe partition raising."""
     c = Case(f"snap{kib}-nm2")

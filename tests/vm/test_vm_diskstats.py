@@ -1,11 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The page where BPF cannot run (issue 23), on Debian's 6.1 in qemu: one boot with lockdown=confidentiality
+"""The page where BPF cannot run, on Debian's 6.1 in qemu: one boot with lockdown=confidentiality
 on the kernel command line (run-vm.sh --append), the daemon at its defaults (--source=auto), playing the
 incident (snapshot on NVMe, nomerges=2), its nomerges=0 twin and the healthy origin read; then the same three
 with the daemon stripped of CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN (guest-scenario.sh's nocap-* cases, setpriv),
 where auto must fall back to diskstats. The same boot records what the dm devices' own diskstats show on 6.1,
 which the reduced condition is built on (README, "Without BPF"), and, after the cases, the loader cases
-(guest-loader.sh, issue 21) with --source=bpf: what lockdown refuses and the exit the daemon gives."""
+(guest-loader.sh) with --source=bpf: what lockdown refuses and the exit the daemon gives."""
 import os
 import re
 
@@ -74,7 +74,7 @@ def test_the_snapshot_incident_pages_without_bpf_or_under_lockdown(lockdown_run,
     if not prefix:
         # Measured on 6.1: under lockdown=confidentiality the verifier refuses the programs in both modes
         # (EINVAL: the kernel-read helpers are withheld), the loader says it is the lockdown (ProbeError::kLockdown,
-        # issue 21), and auto runs on diskstats with that reason.
+        # the loader cases), and auto runs on diskstats with that reason.
         assert source["source"] == "diskstats" and source["evidence"] == "reduced", source
         assert source["reason"].startswith("kernel lockdown (confidentiality) refuses BPF reads"), source
         assert "BPF cannot run" in c.log and "not tried again" in c.log

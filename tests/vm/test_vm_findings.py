@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Queue findings on Debian's 6.1 kernel (issue 26): the third part of the scenario boot.
+"""Queue findings on Debian's 6.1 kernel: the third part of the scenario boot.
 
 tests/vm/guest-findings.sh runs after guest-stacking.sh in the same VM (vmtest.scenario_boot, one boot per
 session for test_vm.py, test_vm_stacking.py and this file). LinkedIn's hosts as QEMU can make them: md RAID1

@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The loader on every kernel of the fleet (issue 21): Debian 11's 5.10 and Debian 13's 6.12 in their
+"""The loader on every kernel of the fleet: Debian 11's 5.10 and Debian 13's 6.12 in their
 scenario boots (run-vm.sh --kernel K --cases vmtest.KERNEL_CASES --no-stacking --loader-cases: test_vm.py
 reads the same boot). Under lockdown=confidentiality on 6.1 the loader cases run in test_vm_diskstats.py's
-boot. On 5.10 the boot also plays the incident with the daemon stripped of its BPF capabilities (issue 23).
+boot. On 5.10 the boot also plays the incident with the daemon stripped of its BPF capabilities.
 
 tests/vm/guest-loader.sh writes loader-results.txt: per case (auto, raw_tp, hidden, pathbtf) the
 daemon's exit or READY, the program type and the programs it holds (by id from its fdinfo), the task
@@ -125,7 +125,7 @@ def nocap_case(run, name):
 
 
 def test_without_bpf_capabilities_5_10_falls_back_to_diskstats_and_pages(run_5_10):
-    """Issue 23 on Debian 11's 5.10: --source=auto, bpf() refused for want of the capabilities: the daemon runs
+    """The diskstats fallback on Debian 11's 5.10: --source=auto, bpf() refused for want of the capabilities: the daemon runs
     on diskstats, says why, and pages the snapshot incident (nomerges=2)."""
     source, collapse, log, settled, reads, disk = nocap_case(run_5_10, "nocap-snap-nm2")
     print(f"5.10 nocap-snap-nm2: source {source}, collapse {collapse}, {disk} reads {reads}")

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""A native NVMe multipath head's counters never go backwards while the head lives (issue 22, point 4).
+"""A native NVMe multipath head's counters never go backwards while the head lives.
 
 tests/vm/guest-multipath.sh runs at the end of guest-stacking.sh in the 6.1 scenario boot (run-vm.sh
 --multipath: one subsystem, two controllers, one shared namespace): the head reads round robin over both

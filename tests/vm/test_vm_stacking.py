@@ -182,7 +182,7 @@ def test_backup_of_a_snapshot_beside_a_hammered_origin_pages_under_the_snapshot(
     """nomerges=2 on both disks of the striped LV (64 KiB stripes); four random 8 KiB readers (queue depth
     32, direct) on the origin, and the backup's batched 64 KiB reads of its snapshot: each disk's (disk,
     snapshot) pair is raised and named in /status and the log; each disk's (disk, origin) pair is judged
-    on the origin's own requests (about none a missed merge) and stays down (issue 22, point 2: judged
+    on the origin's own requests (about none a missed merge) and stays down (measured: judged
     disk-wide, the origin's requests hid the snapshot's and the origin was taken as the upper device)."""
     disks, snap, origin = multi_disks(res), res["live_snapshot"], res["live_origin"]
     assert snap == res["striped_upper"] and origin.startswith("dm-") and origin != snap, res

@@ -153,7 +153,7 @@ journalctl -u "$unit" -o short-monotonic --no-pager > "$out/journal-mergewatchd.
 res journal_entries "$(wc -l < "$out/journal-mergewatchd.json")"
 check journal test "$(grep '"_COMM":"mergewatchd"' "$out/journal-mergewatchd.json" | grep -c '"PRIORITY":"6"')" -gt 0
 
-# 8. (issue 13) Socket activation with the shipped mergewatchd.socket, then a dm device whose name is
+# 8. Socket activation with the shipped mergewatchd.socket, then a dm device whose name is
 #    not UTF-8: every scrape must stay text Prometheus accepts. Its own function and result keys
 #    (sock_*, odd_dm_*), after the journal step, so the steps above see exactly what they saw before.
 socket_activation_and_odd_dm_name() {
