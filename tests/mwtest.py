@@ -199,13 +199,18 @@ def find(s, name, **labels):
     return {k[1]: v for k, v in s.items() if k[0] == name and set(labels.items()) <= set(k[1])}
 
 
-def rss_kib(pid):
-    """The process's resident set size in KiB (/proc/PID/status VmRSS)."""
+def status_kib(pid, field):
+    """A size field of /proc/PID/status in KiB: VmRSS, VmHWM (the peak RSS), ..."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
-    raise AssertionError("no VmRSS")
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
+def rss_kib(pid):
+    """The process's resident set size in KiB (/proc/PID/status VmRSS)."""
+    return status_kib(pid, "VmRSS")
 
 
 def _bpf_syscall(cmd, attr):

@@ -16,7 +16,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from mwtest import (LoopDevice, absent, attached_bpf_link_ids, baseline, bpf_link_ids_of, churn_tracepoint,  # noqa: E402,F401,E501
-                    free_port, loop_device, parse_samples, rss_kib, undone_dispatches, value, wait_until)
+                    free_port, loop_device, parse_samples, rss_kib, status_kib, undone_dispatches, value, wait_until)
 
 DAEMON = os.environ.get("MERGEWATCHD", os.path.join(os.path.dirname(__file__), "../../build/mergewatchd"))
 READY_TIMEOUT = 60

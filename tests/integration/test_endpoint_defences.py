@@ -19,7 +19,7 @@ import urllib.request
 
 import pytest
 
-from conftest import DAEMON, free_port, parse_samples, rss_kib
+from conftest import DAEMON, free_port, parse_samples, rss_kib, status_kib
 
 # HttpLimits in daemon/http/http_server.h and the README's "Securing the endpoint" name these.
 PER_ADDRESS_CAP, TOTAL_CAP, REQUEST_TIMEOUT_S = 32, 1024, 3
@@ -392,14 +392,6 @@ def stop_floods(procs):
             p.wait()
 
 
-def proc_status_kib(pid, field):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise AssertionError(f"no {field}")
-
-
 def open_fds(pid):
     return len(os.listdir(f"/proc/{pid}/fd"))
 
@@ -408,7 +400,20 @@ def reset_peak_rss(pid):
     """The process's RSS now (KiB), from which its VmHWM counts again: the peak from here on."""
     with open(f"/proc/{pid}/clear_refs", "w") as f:
         f.write("5")
-    return proc_status_kib(pid, "VmRSS")
+    return rss_kib(pid)
+
+
+def assert_prompt_scrapes_and_bounded_rss(scrapes, rss_start, rss_peak):
+    """Every scrape under a flood answered 200 in under 1 s, and the daemon's peak RSS grown by less than 24
+    MiB; returns what was measured, for the test's line."""
+    times = [t for _, t in scrapes]
+    summary = (f"scrapes {len(scrapes)}: statuses {sorted({c for c, _ in scrapes})}, slowest "
+               f"{max(times) * 1000:.0f} ms, median {sorted(times)[len(times) // 2] * 1000:.0f} ms; RSS {rss_start} "
+               f"-> peak {rss_peak} KiB (+{(rss_peak - rss_start) / 1024:.1f} MiB)")
+    print(summary)
+    assert [c for c, _ in scrapes] == [200] * 20, scrapes
+    assert max(times) < 1.0, scrapes
+    assert rss_peak - rss_start < 24 * 1024, (rss_start, rss_peak)
 
 
 def scrape_every_second_under_flood(daemon, procs, seconds=20):
@@ -453,22 +458,16 @@ def test_idle_and_byte_a_second_clients_past_the_cap_leave_every_scrape_prompt(d
     procs = start_floods(daemon.port, [idle[:20], idle[20:], trickle])
     try:
         scrapes = scrape_every_second_under_flood(daemon, procs)
-        rss_peak = proc_status_kib(daemon.proc.pid, "VmHWM")
+        rss_peak = status_kib(daemon.proc.pid, "VmHWM")
         flood = finish_floods(procs)
     finally:
         stop_floods(procs)
     after = daemon.scrape()
     refused = refused_delta(before, after)
-    times = [t for _, t in scrapes]
     cut = sorted(flood["trickle_cut_after"])
-    print(f"scrapes {len(scrapes)}: statuses {sorted({c for c, _ in scrapes})}, slowest {max(times) * 1000:.0f} ms, "
-          f"median {sorted(times)[len(times) // 2] * 1000:.0f} ms; RSS {rss_start} -> peak {rss_peak} KiB "
-          f"(+{(rss_peak - rss_start) / 1024:.1f} MiB); flood opened {flood['opened']}, closed by the server "
-          f"{flood['closed_by_server']}; refused {refused}; trickling clients cut after "
-          f"{cut[0] if cut else None}-{cut[-1] if cut else None} s")
-    assert [c for c, _ in scrapes] == [200] * 20, scrapes
-    assert max(times) < 1.0, scrapes
-    assert rss_peak - rss_start < 24 * 1024, (rss_start, rss_peak)
+    print(f"flood opened {flood['opened']}, closed by the server {flood['closed_by_server']}; refused {refused}; "
+          f"trickling clients cut after {cut[0] if cut else None}-{cut[-1] if cut else None} s")
+    assert_prompt_scrapes_and_bounded_rss(scrapes, rss_start, rss_peak)
     assert flood["opened"] > 1050 and refused["evicted"] >= 26, (flood, refused)  # the cap was full: room was made
     assert refused["total"] == 0 and refused["per_address"] == 0, refused
     assert daemon.proc.poll() is None
@@ -494,22 +493,16 @@ def test_4100_reconnecting_clients_leave_every_scrape_prompt(daemon, more_fds):
     started = time.monotonic()
     try:
         scrapes = scrape_every_second_under_flood(daemon, procs)
-        rss_peak = proc_status_kib(daemon.proc.pid, "VmHWM")
+        rss_peak = status_kib(daemon.proc.pid, "VmHWM")
         flood = finish_floods(procs)
     finally:
         stop_floods(procs)
     took = time.monotonic() - started
     after = daemon.scrape()
     refused = refused_delta(before, after)
-    times = [t for _, t in scrapes]
-    print(f"scrapes {len(scrapes)}: statuses {sorted({c for c, _ in scrapes})}, slowest {max(times) * 1000:.0f} ms, "
-          f"median {sorted(times)[len(times) // 2] * 1000:.0f} ms; RSS {rss_start} -> peak {rss_peak} KiB "
-          f"(+{(rss_peak - rss_start) / 1024:.1f} MiB); flood opened {flood['opened']}, closed by the server "
-          f"{flood['closed_by_server']} ({flood['closed_by_server'] / took:.0f}/s), connect errors "
-          f"{flood['connect_errors']}; refused {refused}")
-    assert [c for c, _ in scrapes] == [200] * 20, scrapes
-    assert max(times) < 1.0, scrapes
-    assert rss_peak - rss_start < 24 * 1024, (rss_start, rss_peak)
+    print(f"flood opened {flood['opened']}, closed by the server {flood['closed_by_server']} "
+          f"({flood['closed_by_server'] / took:.0f}/s), connect errors {flood['connect_errors']}; refused {refused}")
+    assert_prompt_scrapes_and_bounded_rss(scrapes, rss_start, rss_peak)
     # A flood all along: the cap turned over many times (20 s at 1,000 a second is far below what was measured).
     assert flood["closed_by_server"] >= 20 * 1000, flood
     assert refused["evicted"] >= 20 * 1000 and refused["total"] == 0 and refused["per_address"] == 0, refused

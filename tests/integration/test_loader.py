@@ -12,17 +12,10 @@ import urllib.request
 
 import pytest
 
-from conftest import DAEMON as DAEMON_PATH, attached_bpf_link_ids, bpf_link_ids_of, free_port, parse_samples
+from conftest import (DAEMON as DAEMON_PATH, attached_bpf_link_ids, bpf_link_ids_of, free_port, parse_samples,
+                      status_kib)
 
 BTF = "/sys/kernel/btf/vmlinux"
-
-
-def status_kib(pid, field):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise AssertionError(f"no {field} in /proc/{pid}/status")
 
 
 def children_of(pid):
