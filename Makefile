@@ -109,7 +109,7 @@ help:
 	@echo '  make test-fuzz       libFuzzer on the sysfs topology reader, 30 s (FUZZ_TIME=); clang++, $(BUILD)/fuzz/'
 	@echo '  make test-privileged tests on real tracepoints and loop devices (root); builds an ASan daemon too'
 	@echo '  make test-deploy     systemd unit (verify, security, sandbox), Prometheus rules, alert path end to end'
-	@echo '  make test-vm         qemu VM, Debian 6.1 (root): the 2019 incident (NVMe, LVM snapshot), the unit under systemd, the .deb (built first) installed and purged with apt; the incident, partition, multipath, single-disk stacking and loader cases also on Debian 11'"'"'s 5.10 and Debian 13'"'"'s 6.12, one boot each (MW_VM_KERNELS="6.1": only 6.1)'
+	@echo '  make test-vm         qemu VM, Debian 6.1 (root): the 2019 incident (NVMe, LVM snapshot), the unit under systemd, the .deb (built first) installed and purged with apt; the incident, partition, multipath, single-disk stacking and loader cases also on Debian 11'"'"'s 5.10 and Debian 13'"'"'s 6.12, one boot each; on 5.10 also the release tarball (built first) inside a Debian 11 root (MW_VM_KERNELS="6.1": only 6.1)'
 	@echo '  make bench           overhead next to bpftrace and biolatency (BENCH_QUICK=1, BENCH_SECONDS=, BENCH_REPEATS=); see BENCHMARKS.md'
 	@echo '  make install         install to $$(DESTDIR)$$(PREFIX) (PREFIX=$(PREFIX))'
 	@echo '  make uninstall       remove what install put there'
@@ -188,18 +188,26 @@ check: deps deps-reliability
 	$(PYTHON) tests/summary.py $(FAST_REPORTS) || status=1; \
 	exit $$status
 
+# The release (the Debian 11 roots, the libraries built there, the static binaries, the RPM) builds beside the
+# fast tier: debootstrap mostly waits on the archive and on the disk, the fast tier's builds on the CPUs.
+# Made once per clean clone (cached under $(RELEASE_DIR)/), then tests/release and the 5.10 boot use it.
 test: deps deps-reliability
 	@$(MAKE) --no-print-directory -j$(NPROC) build
 	@rm -rf $(REPORTS); mkdir -p $(REPORTS); status=0; \
+	echo "make test: the release builds beside the fast tier ($(REPORTS)/release-build.log)"; \
+	$(MAKE) --no-print-directory rpm-build > $(REPORTS)/release-build.log 2>&1 & release=$$!; \
 	$(run_fast_suites); \
+	wait $$release || { status=1; tail -n 40 $(REPORTS)/release-build.log; }; \
+	$(MAKE) --no-print-directory test-release-run || status=1; \
 	$(MAKE) --no-print-directory -j$(NPROC) deb-build || status=1; \
 	echo "make test: the privileged suite runs beside the VM suite; its output follows the VM suite's" \
 		"($(REPORTS)/privileged.log)"; \
 	$(MAKE) --no-print-directory test-privileged > $(REPORTS)/privileged.log 2>&1 & privileged=$$!; \
-	$(MAKE) --no-print-directory -j$(NPROC) test-vm TEST_VM_DEB= || status=1; \
+	$(MAKE) --no-print-directory -j$(NPROC) test-vm TEST_VM_DEB= TEST_VM_RELEASE= || status=1; \
 	wait $$privileged || status=1; \
 	cat $(REPORTS)/privileged.log; \
-	$(PYTHON) tests/summary.py $(FAST_REPORTS) $(REPORTS)/privileged.xml $(REPORTS)/vm.xml || status=1; \
+	$(PYTHON) tests/summary.py $(FAST_REPORTS) $(REPORTS)/release.xml $(REPORTS)/privileged.xml $(REPORTS)/vm.xml \
+		|| status=1; \
 	exit $$status
 
 test-unit: $(UNIT_BIN)
@@ -221,12 +229,15 @@ test-deploy: $(DAEMON)
 # Debian's 6.1 kernel under qemu (TCG) with an emulated NVMe disk and an LVM snapshot:
 # the 2019 incident for real (tests/vm/README.md). deb-build is phony (always rebuilt): `make test`
 # builds the package before starting the privileged suite beside this one, then passes
-# TEST_VM_DEB= so it is not built twice.
+# TEST_VM_DEB= so it is not built twice; the same for the release (its tarball and Debian 11 root go to
+# the 5.10 boot, tests/vm/test_vm_release.py).
 TEST_VM_DEB ?= deb-build
-test-vm: $(DAEMON) $(TEST_VM_DEB)
+TEST_VM_RELEASE ?= release-build
+test-vm: $(DAEMON) $(TEST_VM_DEB) $(TEST_VM_RELEASE)
 	@mkdir -p $(REPORTS)
-	MERGEWATCHD=$(CURDIR)/$(DAEMON) MERGEWATCH_DEB=$(CURDIR)/$(DEB) $(PYTHON) -m pytest -v -s -p no:cacheprovider \
-		--junitxml=$(REPORTS)/vm.xml tests/vm
+	MERGEWATCHD=$(CURDIR)/$(DAEMON) MERGEWATCH_DEB=$(CURDIR)/$(DEB) \
+		MERGEWATCH_RELEASE_TARBALL=$(abspath $(RELEASE_TARBALL)) MERGEWATCH_RELEASE_ROOT=$(abspath $(RELEASE_ROOT)) \
+		$(PYTHON) -m pytest -v -s -p no:cacheprovider --junitxml=$(REPORTS)/vm.xml tests/vm
 
 $(BUILD)/obj $(BUILD)/obj/unit:
 	$(Q)mkdir -p $@

@@ -29,6 +29,8 @@
 #   MW_DAEMON_READY_TIMEOUT  seconds to wait for the first scrape (60)
 #   MW_DETECT_WAIT    seconds to wait after each read before the last scrape (12; 0 without daemon)
 #   MW_BPFTRACE       1 = run blk-events.bt around every case
+#   MW_RELEASE_TARBALL, MW_RELEASE_ROOT  run-vm.sh --release, --release-root: the release tarball and the
+#                     Debian 11 root its rel-* cases run it in (guest-release.sh)
 #   MW_IO_TIMEOUT     bound on each case's I/O command, seconds (120)
 #   MW_PART_DISK      1 = run-vm.sh --part-disk gave a second NVMe disk (serial mwpart01):
 #                     it gets an MBR partition, VG vg2 on it, snapshots snap8 (-c 8k) and
@@ -194,13 +196,20 @@ daemon_log=$OUT/daemon.log
 # security policy would): --source=auto must fall back to diskstats and still page.
 daemon_start() {	# daemon_start LOGFILE [CASE]
 	daemon_log=$1
-	local wrap=()
+	local wrap=() daemon=$DAEMON args=$DAEMON_ARGS
 	[[ "${2:-}" == nocap-* ]] && wrap=(setpriv --inh-caps=-bpf,-perfmon,-sys_admin --bounding-set=-bpf,-perfmon,-sys_admin)
-	[ -x "$DAEMON" ] || die "daemon $DAEMON is not executable in the guest"
+	# A rel-* case: the release's daemon inside the Debian 11 root, with default flags (guest-release.sh).
+	if [[ "${2:-}" == rel-* ]]; then
+		[ -n "$RELEASE_BIN" ] || die "case $2 needs run-vm.sh --release and --release-root"
+		wrap=("${RELEASE_RUN[@]}") daemon=$RELEASE_BIN/mergewatchd args=
+		[ -x "$RELEASE_ROOT$daemon" ] || die "release daemon $RELEASE_ROOT$daemon is not executable"
+	else
+		[ -x "$daemon" ] || die "daemon $daemon is not executable in the guest"
+	fi
 	[ -n "$METRICS_URL" ] || die "MW_METRICS_URL is empty"
-	log "starting daemon: ${wrap[*]} $DAEMON $DAEMON_ARGS"
+	log "starting daemon: ${wrap[*]} $daemon $args"
 	# shellcheck disable=SC2086  # MW_DAEMON_ARGS is a word list on purpose
-	"${wrap[@]}" "$DAEMON" $DAEMON_ARGS > "$daemon_log" 2>&1 &
+	"${wrap[@]}" "$daemon" $args > "$daemon_log" 2>&1 &
 	daemon_pid=$!
 	daemon_up() {
 		kill -0 "$daemon_pid" 2>/dev/null || { tail -n 40 "$daemon_log"; die "daemon exited during start-up"; }
@@ -253,6 +262,8 @@ grep -q loopback-ok /tmp/lo-check/got || die "loopback HTTP returned the wrong b
 log "loopback ok (curl -> busybox httpd on 127.0.0.1)"
 
 . "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/guest-lib.sh"	# disk_by_serial
+. "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/guest-release.sh"	# rel-* cases
+[ -z "$RELEASE_TARBALL" ] || release_prepare
 
 modprobe -a nvme dm-mod dm-snapshot ext4
 wait_for 30 "the NVMe disk with serial mw0001" disk_by_serial mw0001 > /dev/null || die "no NVMe disk with serial mw0001"
@@ -455,6 +466,7 @@ run_case() {	# run_case NAME NOMERGES KIND MOUNT SCHEDULER
 	if [ "$DETECT_WAIT" != 0 ] && [ "$kind" != direct ]; then
 		settle "$p.settled.prom"
 	fi
+	[[ "$name" != rel-* ]] || release_status "$p"
 	diskstats_delta "$p.stat.before" "$p.stat.after" "$name" > "$p.diskstats"
 	awk -v t="$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" \
 		'{ print $0 " io_seconds=" t }' "$p.diskstats" | tee -a "$OUT/results.txt"
@@ -470,6 +482,7 @@ for c in $CASES; do
 	run_case "$cname" "$cnm" "$ckind" "$cwhere" "$csched"
 done
 
+[ -z "$RELEASE_TARBALL" ] || release_tls
 for m in snap8 snap16 mpsnap; do mountpoint -q /mnt/$m && umount /mnt/$m; done
 echo 0 > /sys/block/$DISK/queue/nomerges
 umount /mnt/snap /mnt/origin

@@ -37,6 +37,11 @@
 #                          rotational single-queue disks of an HDD host, for the queue findings
 #     --loader-cases       after the scenario (and stacking) cases, run tests/vm/guest-loader.sh
 #                          in the same guest (loader-results.txt: test_vm_kernels.py)
+#     --release TARBALL    with --release-root: make release's tarball, for the cases named rel-* (the
+#                          release's daemon with default flags inside that root, its `mergewatch status`)
+#                          and the TLS checks after the cases (tests/vm/guest-release.sh)
+#     --release-root DIR   the Debian 11 root make release made with debootstrap (build/release/bullseye);
+#                          the guest writes into it only through its overlay (the host's copy stays pristine)
 #     --script PATH        run PATH in the guest instead of tests/vm/guest-scenario.sh
 #     --append "WORDS"     add WORDS to the guest kernel's command line (e.g. lockdown=confidentiality)
 #     --no-stacking        skip guest-stacking.sh after the cases (a boot that checks only its cases)
@@ -57,7 +62,7 @@
 # MW_VM_DAEMON_ARGS, MW_VM_METRICS_URL, MW_VM_DETECT_WAIT, MW_VM_CASES,
 # MW_VM_FILE_MB, MW_VM_READER, MW_VM_BPFTRACE=1, MW_VM_SYSTEMD=1, MW_VM_PACKAGE, MW_VM_UNIT_DROPIN,
 # MW_VM_TIMEOUT, MW_VM_SMP, MW_VM_MEM, MW_VM_MULTIPATH=1, MW_VM_PART_DISK=1, MW_VM_NVME_DISKS, MW_VM_LOADER_CASES=1,
-# MW_VM_SCRIPT;
+# MW_VM_SCRIPT, MW_VM_RELEASE, MW_VM_RELEASE_ROOT;
 # MW_VM_DIR is setup.sh's build dir (default <repo>/build/vm).
 #
 # Exit status: the guest scenario's status; 124 = qemu timed out; 125 = the
@@ -94,6 +99,8 @@ nvme_disks=${MW_VM_NVME_DISKS:-0}
 multi_parts=
 loader_cases=${MW_VM_LOADER_CASES:-0}
 script=${MW_VM_SCRIPT:-$here/guest-scenario.sh}
+release=${MW_VM_RELEASE:-}
+release_root=${MW_VM_RELEASE_ROOT:-}
 extra_append=${MW_VM_APPEND:-}
 stacking=${MW_VM_STACKING:-1}
 verbose=0
@@ -125,6 +132,8 @@ while [ $# -gt 0 ]; do
 	--multi-parts) multi_parts=$2; shift 2 ;;
 	--loader-cases) loader_cases=1; shift ;;
 	--script) script=$2; shift 2 ;;
+	--release) release=$2; shift 2 ;;
+	--release-root) release_root=$2; shift 2 ;;
 	--append) extra_append=$2; shift 2 ;;
 	--no-stacking) stacking=0; shift ;;
 	-v|--verbose) verbose=1; shift ;;
@@ -175,6 +184,12 @@ elif [ "$systemd" = 1 ]; then
 	[ -z "$unit_dropin" ] || [ -f "$unit_dropin" ] || die "--unit-dropin '$unit_dropin' is not a file"
 	[ -x /lib/systemd/systemd ] || die "--systemd: /lib/systemd/systemd missing on the host (the guest's userland)"
 fi
+if [ -n "$release$release_root" ]; then
+	[ -n "$release" ] && [ -n "$release_root" ] || die "--release and --release-root go together"
+	release=$(readlink -f "$release"); release_root=$(readlink -f "$release_root")
+	[ -f "$release" ] || die "--release '$release' is not a file (make release writes it)"
+	[ -f "$release_root/etc/debian_version" ] || die "--release-root '$release_root' is not a Debian root"
+fi
 script=$(readlink -f "$script")
 [ -f "$script" ] || die "guest script '$script' is not a file"
 [ -n "$timeout_s" ] || { [ "$bpftrace" = 1 ] && timeout_s=600 || timeout_s=600; }
@@ -209,6 +224,8 @@ touch "$out/.mw-vm-run"
 	printf 'MW_ROTATIONAL_DISKS=%q\n' "$rotational_disks"
 	printf 'MW_STACKING=%q\n' "$stacking"
 	printf 'MW_LOADER_CASES=%q\n' "$loader_cases"
+	printf 'MW_RELEASE_TARBALL=%q\n' "$release"
+	printf 'MW_RELEASE_ROOT=%q\n' "$release_root"
 } > "$out/guest.env"
 
 # systemd mode: a tree that guest-init.sh copies over the guest's root before switch_root.

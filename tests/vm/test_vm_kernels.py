@@ -15,7 +15,8 @@ import pytest
 
 from multidisk import (check_mirror_writes_raised, check_stack_counts, check_stack_quiet, check_stack_raised,
                        multi_disks)
-from vmtest import KERNEL_MULTI_PARTS, KERNELS, SCENARIOS, RunDir, check_late_lv_read, disks, find, scenario_boot, value
+from vmtest import (KERNEL_MULTI_PARTS, KERNELS, SCENARIOS, RunDir, case_verdict, check_late_lv_read, disks, find,
+                    scenario_boot, value)
 
 NEW_KERNELS = [k for k in KERNELS if k != "6.1"]
 TRACEPOINTS = {"rq_insert": "block_rq_insert", "rq_issue": "block_rq_issue", "rq_requeue": "block_rq_requeue",
@@ -109,25 +110,10 @@ def run_5_10():
     return SCENARIOS["5.10"]
 
 
-def nocap_case(run, name):
-    """The settled scrape and log of a nocap-* case (guest-scenario.sh: setpriv strips CAP_BPF, CAP_PERFMON and
-    CAP_SYS_ADMIN from the daemon's bounding and inheritable sets)."""
-    p, disk = f"case-{name}", disks(run)["disk"]
-    settled = run.samples(f"{p}.settled.prom") if run.exists(f"{p}.settled.prom") else run.samples(f"{p}.after.prom")
-    (source,) = find(settled, "mergewatch_detection_info").keys()
-    collapse = {dict(k)["upper"]: v for k, v in find(settled, "mergewatch_merge_collapse", device=disk).items()}
-    reads = 0
-    for line in run.read(f"{p}.diskstats").splitlines():
-        fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
-        if fields["dev"] == disk:
-            reads = int(fields["reads"])
-    return dict(source), collapse, run.read(f"{p}.daemon.log"), settled, reads, disk
-
-
 def test_without_bpf_capabilities_5_10_falls_back_to_diskstats_and_pages(run_5_10):
     """The diskstats fallback on Debian 11's 5.10: --source=auto, bpf() refused for want of the capabilities: the daemon runs
     on diskstats, says why, and pages the snapshot incident (nomerges=2)."""
-    source, collapse, log, settled, reads, disk = nocap_case(run_5_10, "nocap-snap-nm2")
+    source, collapse, log, settled, reads, disk = case_verdict(run_5_10, "nocap-snap-nm2")
     print(f"5.10 nocap-snap-nm2: source {source}, collapse {collapse}, {disk} reads {reads}")
     assert source["source"] == "diskstats" and source["evidence"] == "reduced", source
     assert source["reason"].startswith("not privileged to load BPF"), source
@@ -139,7 +125,7 @@ def test_without_bpf_capabilities_5_10_falls_back_to_diskstats_and_pages(run_5_1
 
 
 def test_without_bpf_capabilities_5_10_stays_quiet_at_nomerges_0(run_5_10):
-    source, collapse, log, settled, reads, disk = nocap_case(run_5_10, "nocap-snap-nm0")
+    source, collapse, log, settled, reads, disk = case_verdict(run_5_10, "nocap-snap-nm0")
     assert source["source"] == "diskstats", source
     assert set(collapse.values()) <= {0.0}, collapse
     assert "merge collapse on" not in log

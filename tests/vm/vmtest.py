@@ -208,6 +208,21 @@ def disks(run):
     return found
 
 
+def case_verdict(run, name):
+    """What a scenario case (guest-scenario.sh) ended with: (detection_info labels, {upper: merge_collapse} of
+    the scenario's disk, the daemon's log, the settled scrape, the disk's reads in the case, the disk)."""
+    p, disk = f"case-{name}", disks(run)["disk"]
+    settled = run.samples(f"{p}.settled.prom") if run.exists(f"{p}.settled.prom") else run.samples(f"{p}.after.prom")
+    (source,) = find(settled, "mergewatch_detection_info").keys()
+    collapse = {dict(k)["upper"]: v for k, v in find(settled, "mergewatch_merge_collapse", device=disk).items()}
+    reads = 0
+    for line in run.read(f"{p}.diskstats").splitlines():
+        fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
+        if fields["dev"] == disk:
+            reads = int(fields["reads"])
+    return dict(source), collapse, run.read(f"{p}.daemon.log"), settled, reads, disk
+
+
 # guest-stacking.sh's two daemons (--collapse.require-upper dm and any) both count the late LV's read.
 LATE_LV_DAEMON_PORTS = (19871, 19872)
 
@@ -263,8 +278,14 @@ SCENARIO = SCENARIOS["6.1"]
 # random-read, origin, 16 KiB-chunk or requeue cases: those run on 6.1 only.
 KERNEL_CASES = "snap-nm2:2:seq:snap snap-nm0:0:seq:snap snap8-nm2:2:seq:snap8 mp-nm2:2:seq:mpsnap"
 # 5.10 also plays the incident with the daemon stripped of CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN:
-# --source=auto falls back to diskstats there too and pages; nomerges=0 stays quiet.
-KERNEL_CASES_5_10 = KERNEL_CASES + " nocap-snap-nm2:2:seq:snap nocap-snap-nm0:0:seq:snap"
+# --source=auto falls back to diskstats there too and pages; nomerges=0 stays quiet. And with the release's
+# daemon, default flags, inside the Debian 11 root make release made (guest-release.sh, test_vm_release.py).
+KERNEL_CASES_5_10 = KERNEL_CASES + " nocap-snap-nm2:2:seq:snap nocap-snap-nm0:0:seq:snap" \
+    " rel-snap-nm2:2:seq:snap rel-snap-nm0:0:seq:snap"
+# make release's tarball and the pristine Debian 11 root it was tried in (make test-vm sets both, as make
+# test-release does): the 5.10 boot runs them (run-vm.sh --release, --release-root).
+RELEASE_TARBALL = os.environ.get("MERGEWATCH_RELEASE_TARBALL", "")
+RELEASE_ROOT = os.environ.get("MERGEWATCH_RELEASE_ROOT", "")
 # The multi-disk stacks of the 5.10 and 6.12 boots (run-vm.sh --nvme-disks 2 --multi-parts; every
 # kernel the suite boots). The ones a kernel's plug and md code decide: a snapshot over md RAID0 with 4 KiB
 # chunks (raise, quiet, reads counted against diskstats), where one plug holds requests of both disks (5.10
@@ -282,9 +303,17 @@ def scenario_args(kernel):
         # Every case, then guest-stacking.sh (with the several-disk stack) and guest-findings.sh (the rotational
         # disks) in the same guest.
         return ["--part-disk", "--multipath", "--path-removal", "--rotational-disks", "2", "--nvme-disks", "2"]
+    if kernel == "5.10":
+        if not (os.path.isfile(RELEASE_TARBALL) and os.path.isdir(RELEASE_ROOT)):
+            pytest.fail(f"the 5.10 boot runs the release: MERGEWATCH_RELEASE_TARBALL={RELEASE_TARBALL!r} and "
+                        f"MERGEWATCH_RELEASE_ROOT={RELEASE_ROOT!r} must name make release's tarball and Debian 11 "
+                        "root (make test-vm builds and passes them)", pytrace=False)
+        release = ["--release", RELEASE_TARBALL, "--release-root", RELEASE_ROOT]
+    else:
+        release = []
     return ["--kernel", kernel, "--part-disk", "--multipath", "--cases",
             KERNEL_CASES_5_10 if kernel == "5.10" else KERNEL_CASES, "--loader-cases",
-            "--nvme-disks", "2", "--multi-parts", KERNEL_MULTI_PARTS]
+            "--nvme-disks", "2", "--multi-parts", KERNEL_MULTI_PARTS, *release]
 
 
 def _boot_scenario(kernel):
