@@ -101,6 +101,7 @@ help:
 	@echo '  make deb             the Debian package: $(BUILD)/deb/mergewatch_<version>_<arch>.deb, then lintian'
 	@echo '  make release         $(BUILD)/release/mergewatch-<version>.linux-amd64.tar.gz + sha256sums.txt: static binaries for glibc >= 2.31, built in a Debian 11 root (debootstrap, cached in $(BUILD)/release/; root)'
 	@echo '  make test-release    tests/release on the tarball and the RPM: NEEDED libraries, glibc symbol versions, run and ldd in a pristine Debian 11 root, rpm -qlp, rpmlint (root)'
+	@echo '  make test-privileged-release  the host suite (tests/integration) on the release tarball'"'"'s static binaries instead of the build'"'"'s (root; not in make test)'
 	@echo '  make rpm             $(BUILD)/rpm/RPMS/x86_64/mergewatch-<version>-1.x86_64.rpm: the release payload as an RPM (rpmbuild), then rpmlint (root)'
 	@echo '  make mixin           regenerate deploy/prometheus/mergewatch.rules.yml and the Grafana dashboard from deploy/mixin/'
 	@echo '  make dashboard-picture  docs/dashboard.png: the dashboard panels queried from a real Prometheus (root)'
@@ -215,9 +216,13 @@ test-unit: $(UNIT_BIN)
 	$(UNIT_BIN) --gtest_brief=1 --gtest_output=json:$(REPORTS)/unit.json
 
 # As root on a machine with BTF none of these may skip: MERGEWATCH_NO_SKIP turns a skip into a failure.
+# TEST_DAEMON and TEST_CLI point the suite at other binaries (make test-privileged-release: the release's).
+TEST_DAEMON ?= $(CURDIR)/$(DAEMON)
+TEST_CLI    ?= $(CURDIR)/$(CLI)
 test-privileged: $(DAEMON) $(CLI)
 	@mkdir -p $(REPORTS)
-	MERGEWATCHD=$(CURDIR)/$(DAEMON) MERGEWATCH_CLI=$(CURDIR)/$(CLI) MERGEWATCHD_ASAN=$(CURDIR)/$(ASAN_DAEMON) MERGEWATCH_NO_SKIP=$$( [ "$$(id -u)" = 0 ] && echo 1 || echo 0 ) \
+	MERGEWATCHD=$(TEST_DAEMON) MERGEWATCH_CLI=$(TEST_CLI) MERGEWATCHD_ASAN=$(CURDIR)/$(ASAN_DAEMON) \
+		MERGEWATCH_BPF_OBJECT=$(CURDIR)/$(BPF_OBJ) MERGEWATCH_NO_SKIP=$$( [ "$$(id -u)" = 0 ] && echo 1 || echo 0 ) \
 		$(PYTHON) -m pytest -v -rs -p no:cacheprovider --junitxml=$(REPORTS)/privileged.xml tests/integration
 
 # The shipped deploy/ files against the real tools: systemd-analyze, promtool, Prometheus, Alertmanager.

@@ -40,7 +40,7 @@ RELEASE_ROOT_PACKAGES := g++ make pkg-config dpkg-dev xz-utils cmake binutils \
 RELEASE_ROOT_FACTS := $(RELEASE_SUITE)|$(RELEASE_SOURCE_SUITE)|$(RELEASE_MIRROR)|$(RELEASE_ROOT_PACKAGES)
 RELEASE_ROOT_STAMP := $(RELEASE_DIR)/roots.stamp
 
-.PHONY: release release-build test-release test-release-run deps-release release-root release-deps rpm rpm-build deps-rpm
+.PHONY: release release-build test-release test-release-run test-privileged-release deps-release release-root release-deps rpm rpm-build deps-rpm
 
 deps-release:
 	$(call install_debian_packages,make release,$(RUN_PACKAGES) $(RELEASE_PACKAGES))
@@ -175,3 +175,12 @@ test-release-run:
 	MERGEWATCH_RELEASE_TARBALL=$(abspath $(RELEASE_TARBALL)) MERGEWATCH_RELEASE_ROOT=$(abspath $(RELEASE_ROOT)) \
 		MERGEWATCH_RELEASE_RPM=$(abspath $(RPM)) MERGEWATCH_NO_SKIP=$$( [ "$$(id -u)" = 0 ] && echo 1 || echo 0 ) \
 		$(PYTHON) -m pytest -v -rs -p no:cacheprovider --junitxml=$(REPORTS)/release.xml tests/release
+
+# The host suite on the release's binaries (unpacked from the tarball) instead of the build's: the same tests
+# must pass on either. Not part of make test, which runs the suite once, on the build's binaries (10 minutes).
+RELEASE_UNPACKED := $(RELEASE_DIR)/unpacked
+test-privileged-release: deps-release
+	@$(MAKE) --no-print-directory release-build $(ASAN_DAEMON)
+	$(Q)rm -rf $(RELEASE_UNPACKED) && mkdir -p $(RELEASE_UNPACKED) && tar -xzf $(RELEASE_TARBALL) -C $(RELEASE_UNPACKED)
+	@$(MAKE) --no-print-directory test-privileged TEST_DAEMON=$(abspath $(RELEASE_UNPACKED)/$(RELEASE_NAME)/mergewatchd) \
+		TEST_CLI=$(abspath $(RELEASE_UNPACKED)/$(RELEASE_NAME)/mergewatch)

@@ -18,7 +18,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from mwtest import (LoopDevice, absent, attached_bpf_link_ids, baseline, bpf_link_ids_of, churn_tracepoint,  # noqa: E402,F401,E501
                     free_port, loop_device, parse_samples, rss_kib, status_kib, undone_dispatches, value, wait_until)
 
-DAEMON = os.environ.get("MERGEWATCHD", os.path.join(os.path.dirname(__file__), "../../build/mergewatchd"))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The binaries under test: the build's by default; MERGEWATCHD and MERGEWATCH_CLI point the suite at any other
+# (make test-privileged-release: the release tarball's). What the build makes beside them (the BPF object, the
+# ASan daemon) is named by its own variable, never found next to the binary.
+DAEMON = os.environ.get("MERGEWATCHD", os.path.join(REPO, "build", "mergewatchd"))
+BPF_OBJECT = os.environ.get("MERGEWATCH_BPF_OBJECT", os.path.join(REPO, "build", "mergewatch.bpf.o"))
+ASAN_DAEMON = os.environ.get("MERGEWATCHD_ASAN", os.path.join(REPO, "build", "asan", "mergewatchd"))
 READY_TIMEOUT = 60
 
 

@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from conftest import DAEMON, free_port
+from conftest import ASAN_DAEMON, DAEMON, free_port
 
 # The README's "Securing the endpoint" names these.
 REQUEST_TIMEOUT_S = 3
@@ -333,8 +333,7 @@ def test_main_loop_failure_with_scrapes_in_flight_is_clean_under_asan(tmp_path):
     HTTP server must be stopped before the probes and the device namer a scrape reads are destroyed. The
     daemon is the ASan+UBSan build (make test-privileged builds it): a scrape touching freed memory aborts
     it with a report instead of exit 1."""
-    asan = os.environ.get("MERGEWATCHD_ASAN",
-                          os.path.join(os.path.dirname(DAEMON), "asan", "mergewatchd"))
+    asan = ASAN_DAEMON
     assert os.path.exists(asan), f"{asan} missing: make build/asan/mergewatchd"
     port = free_port()
     log = tmp_path / "asan.log"

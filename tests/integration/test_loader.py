@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from conftest import (DAEMON as DAEMON_PATH, attached_bpf_link_ids, bpf_link_ids_of, free_port, parse_samples,
+from conftest import (BPF_OBJECT, DAEMON as DAEMON_PATH, attached_bpf_link_ids, bpf_link_ids_of, free_port, parse_samples,
                       status_kib)
 
 BTF = "/sys/kernel/btf/vmlinux"
@@ -57,7 +57,7 @@ def test_a_min_core_btf_file_is_refused_with_the_reason(tmp_path):
     """`bpftool gen min_core_btf` keeps only the types the object's CO-RE relocations name: not the
     btf_trace_<tp> typedefs the loader reads the argument layouts from. --path.btf naming one exits 3
     (no usable BTF) and says what is missing, instead of guessing a layout (README, "Kernels")."""
-    obj = os.path.join(os.path.dirname(DAEMON_PATH), "mergewatch.bpf.o")
+    obj = BPF_OBJECT
     if not os.path.exists(obj) or not os.path.exists(BTF):
         pytest.fail(f"needs {obj} and {BTF}")
     small = str(tmp_path / "min.btf")

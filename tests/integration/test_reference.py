@@ -9,10 +9,9 @@ import subprocess
 
 import pytest
 
-from conftest import DAEMON, fio, wait_until
+from conftest import DAEMON, REPO, fio, wait_until
 from test_cli import run
 
-REPO = os.path.join(os.path.dirname(DAEMON), "..")
 
 
 def readme_section(title):
