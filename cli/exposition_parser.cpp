@@ -12,137 +12,183 @@ namespace {
 bool NameStart(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == ':'; }
 bool NameChar(char c) { return NameStart(c) || std::isdigit(static_cast<unsigned char>(c)); }
 
-// Reads one line (without its '\n') into *sample; false with a reason.
-bool ParseLine(const std::string& line, Sample* sample, std::string* why) {
-  size_t i = 0;
-  const size_t n = line.size();
-  auto skip_blanks = [&] {
-    while (i < n && (line[i] == ' ' || line[i] == '\t')) ++i;
-  };
-  skip_blanks();
-  if (i == n || !NameStart(line[i])) {
-    *why = "expected a metric name";
-    return false;
+// One line of the text format (without its '\n'), read left to right: each step consumes its part or says
+// why it cannot.
+class LineReader {
+ public:
+  explicit LineReader(const std::string& line) : line_(line) {}
+
+  bool Read(Sample* sample, std::string* why) {
+    SkipBlanks();
+    if (!ReadName(&sample->name)) {
+      *why = "expected a metric name";
+      return false;
+    }
+    sample->labels.clear();
+    const size_t after_name = i_;
+    SkipBlanks();
+    if (At('{')) {
+      ++i_;
+      if (!ReadLabels(&sample->labels, why)) return false;
+    } else {
+      i_ = after_name;  // no labels: the blank before the value stays
+    }
+    if (!At(' ') && !At('\t')) {
+      *why = "expected a blank and a value after " + sample->name;
+      return false;
+    }
+    SkipBlanks();
+    if (!ReadValue(&sample->value, why)) return false;
+    SkipBlanks();
+    return AtEnd() || ReadTimestamp(why);
   }
-  const size_t name_start = i;
-  while (i < n && NameChar(line[i])) ++i;
-  sample->name = line.substr(name_start, i - name_start);
-  sample->labels.clear();
-  const size_t after_name = i;
-  skip_blanks();
-  if (i == n || line[i] != '{') i = after_name;  // no labels: the blank before the value stays
-  if (i < n && line[i] == '{') {
-    ++i;
+
+ private:
+  bool AtEnd() const { return i_ == line_.size(); }
+  bool At(char c) const { return i_ < line_.size() && line_[i_] == c; }
+  void SkipBlanks() {
+    while (At(' ') || At('\t')) ++i_;
+  }
+
+  bool ReadName(std::string* name) {
+    if (AtEnd() || !NameStart(line_[i_])) return false;
+    const size_t start = i_;
+    while (!AtEnd() && NameChar(line_[i_])) ++i_;
+    *name = line_.substr(start, i_ - start);
+    return true;
+  }
+
+  // After the '{': label="value" pairs up to and including the '}'.
+  bool ReadLabels(std::vector<std::pair<std::string, std::string>>* labels, std::string* why) {
+    SkipBlanks();
+    if (At('}')) {
+      ++i_;
+      return true;
+    }
     for (;;) {
-      skip_blanks();
-      if (i < n && line[i] == '}') {
-        ++i;
-        break;
-      }
-      if (i == n || !NameStart(line[i])) {
+      std::string key, value;
+      if (!ReadName(&key)) {
         *why = "expected a label name or '}'";
         return false;
       }
-      const size_t key_start = i;
-      while (i < n && NameChar(line[i])) ++i;
-      std::string key = line.substr(key_start, i - key_start);
-      skip_blanks();
-      bool quoted = i < n && line[i] == '=';
+      SkipBlanks();
+      bool quoted = At('=');
       if (quoted) {
-        ++i;
-        skip_blanks();
-        quoted = i < n && line[i] == '"';
+        ++i_;
+        SkipBlanks();
+        quoted = At('"');
       }
       if (!quoted) {
         *why = "expected =\" after label " + key;
         return false;
       }
-      ++i;
-      std::string value;
-      for (;;) {
-        if (i == n) {
-          *why = "unterminated value of label " + key;
-          return false;
-        }
-        const char c = line[i++];
-        if (c == '"') break;
-        if (c != '\\') {
-          value += c;
-          continue;
-        }
-        if (i == n) {
-          *why = "unterminated escape in label " + key;
-          return false;
-        }
-        const char e = line[i++];
-        if (e == 'n') value += '\n';
-        else if (e == '\\' || e == '"') value += e;
-        else {
-          *why = std::string("unknown escape \\") + e + " in label " + key;
-          return false;
-        }
-      }
-      for (const auto& [k, v] : sample->labels) {
+      ++i_;
+      if (!ReadQuoted(key, &value, why)) return false;
+      for (const auto& [k, v] : *labels) {
         if (k == key) {
           *why = "label " + key + " given twice";
           return false;
         }
       }
-      sample->labels.emplace_back(std::move(key), std::move(value));
-      skip_blanks();
-      if (i < n && line[i] == ',') {
-        ++i;
+      labels->emplace_back(std::move(key), std::move(value));
+      SkipBlanks();
+      const bool comma = At(',');
+      if (comma) {
+        ++i_;
+        SkipBlanks();
+      }
+      if (At('}')) {  // after a label, or after a trailing comma
+        ++i_;
+        return true;
+      }
+      if (!comma) {
+        *why = "expected ',' or '}' in the labels";
+        return false;
+      }
+    }
+  }
+
+  // After the opening '"': the label's value up to and including the closing '"', unescaped.
+  bool ReadQuoted(const std::string& key, std::string* value, std::string* why) {
+    for (;;) {
+      if (AtEnd()) {
+        *why = "unterminated value of label " + key;
+        return false;
+      }
+      const char c = line_[i_++];
+      if (c == '"') return true;
+      if (c != '\\') {
+        *value += c;
         continue;
       }
-      if (i < n && line[i] == '}') {
-        ++i;
-        break;
+      if (AtEnd()) {
+        *why = "unterminated escape in label " + key;
+        return false;
       }
-      *why = "expected ',' or '}' in the labels";
-      return false;
+      const char e = line_[i_++];
+      if (e == 'n') {
+        *value += '\n';
+      } else if (e == '\\' || e == '"') {
+        *value += e;
+      } else {
+        *why = std::string("unknown escape \\") + e + " in label " + key;
+        return false;
+      }
     }
   }
-  if (i == n || (line[i] != ' ' && line[i] != '\t')) {
-    *why = "expected a blank and a value after " + sample->name;
-    return false;
-  }
-  skip_blanks();
-  const size_t value_start = i;
-  while (i < n && line[i] != ' ' && line[i] != '\t') ++i;
-  const std::string token = line.substr(value_start, i - value_start);
-  if (token == "+Inf" || token == "Inf") sample->value = HUGE_VAL;
-  else if (token == "-Inf") sample->value = -HUGE_VAL;
-  else if (token == "NaN") sample->value = NAN;
-  else {
+
+  bool ReadValue(double* value, std::string* why) {
+    const size_t start = i_;
+    while (!AtEnd() && !At(' ') && !At('\t')) ++i_;
+    const std::string token = line_.substr(start, i_ - start);
+    if (token == "+Inf" || token == "Inf") {
+      *value = HUGE_VAL;
+      return true;
+    }
+    if (token == "-Inf") {
+      *value = -HUGE_VAL;
+      return true;
+    }
+    if (token == "NaN") {
+      *value = NAN;
+      return true;
+    }
     // strtod would also take "inf", "0x1p3" and the like, which the format does not have.
-    if (token.empty() || token.find_first_not_of("0123456789+-.eE") != std::string::npos) {
-      *why = "not a number: \"" + token + "\"";
-      return false;
-    }
     char* end = nullptr;
-    errno = 0;
-    sample->value = std::strtod(token.c_str(), &end);
-    if (end != token.c_str() + token.size()) {
+    if (!token.empty() && token.find_first_not_of("0123456789+-.eE") == std::string::npos) {
+      errno = 0;
+      *value = std::strtod(token.c_str(), &end);
+    }
+    if (end != token.c_str() + token.size() || token.empty()) {
       *why = "not a number: \"" + token + "\"";
       return false;
     }
+    return true;
   }
-  skip_blanks();
-  if (i < n) {  // a timestamp: an integer of milliseconds
-    const size_t ts_start = i;
-    if (line[i] == '-') ++i;
-    while (i < n && std::isdigit(static_cast<unsigned char>(line[i]))) ++i;
-    if (i == ts_start || (line[ts_start] == '-' && i == ts_start + 1)) {
+
+  // A timestamp: an integer of milliseconds, and nothing after it.
+  bool ReadTimestamp(std::string* why) {
+    const size_t start = i_;
+    if (At('-')) ++i_;
+    while (!AtEnd() && std::isdigit(static_cast<unsigned char>(line_[i_]))) ++i_;
+    if (i_ == start || (line_[start] == '-' && i_ == start + 1)) {
       *why = "unexpected text after the value";
       return false;
     }
-    skip_blanks();
-    if (i < n) {
+    SkipBlanks();
+    if (!AtEnd()) {
       *why = "unexpected text after the timestamp";
       return false;
     }
+    return true;
   }
-  return true;
+
+  const std::string& line_;
+  size_t i_ = 0;
+};
+
+bool ParseLine(const std::string& line, Sample* sample, std::string* why) {
+  return LineReader(line).Read(sample, why);
 }
 
 }  // namespace

@@ -281,66 +281,57 @@ std::string RenderJson(const View& view, const std::string& url, int exit_status
   return doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
-std::vector<std::string> RenderTop(const View& view, const std::string& title, int width, int height) {
-  std::vector<std::string> lines;
-  if (width < kTopMinWidth || height < 3) {
-    lines.push_back(Fit("terminal too narrow: " + std::to_string(width) + "x" + std::to_string(height) +
-                            ", mergewatch top needs " + std::to_string(kTopMinWidth) + "x3",
-                        static_cast<size_t>(std::max(width, 1))));
-    return lines;
-  }
-  struct Column {
-    const char* title;
-    size_t width;
-    int drop_order;  // dropped first: highest
-    std::string (*cell)(const DeviceRow&);
-    bool left = false;  // words, not figures
-  };
-  static const Column kColumns[] = {
-      {"REQ/S", 7, 0, [](const DeviceRow& r) { return r.request_based ? FormatRate(r.requests_per_second) : "-"; }},
-      {"REQSZ", 6, 3, [](const DeviceRow& r) { return r.request_based ? FormatBytes(r.mean_request_bytes) : "-"; }},
-      {"BIOSZ", 6, 5, [](const DeviceRow& r) { return r.bio_based ? FormatBytes(r.mean_bio_bytes) : "-"; }},
-      {"MERGE/S", 7, 4, [](const DeviceRow& r) { return r.request_based ? FormatRate(r.merges_per_second) : "-"; }},
-      {"MISS/S", 7, 1, [](const DeviceRow& r) { return r.request_based ? FormatRate(r.missed_merges_per_second) : "-"; }},
-      {"P50", 6, 6, [](const DeviceRow& r) { return r.request_based ? FormatSeconds(r.latency_p50_seconds) : "-"; }},
-      {"P99", 6, 2, [](const DeviceRow& r) { return r.request_based ? FormatSeconds(r.latency_p99_seconds) : "-"; }},
-      {"NM", 2, 7, [](const DeviceRow& r) { return r.queue.nomerges >= 0 ? std::to_string(r.queue.nomerges) : "-"; }},
-      {"SCHED", 11, 8, [](const DeviceRow& r) { return r.queue.scheduler.empty() ? "-" : r.queue.scheduler; }, true},
-  };
-  constexpr size_t kNameWidth = 10, kColumnCount = sizeof(kColumns) / sizeof(kColumns[0]);
-  std::vector<bool> shown(kColumnCount, true);
+namespace {
+
+// mergewatch top's columns after DEVICE; a narrow terminal drops them by drop_order, highest first.
+struct TopColumn {
+  const char* title;
+  size_t width;
+  int drop_order;
+  std::string (*cell)(const DeviceRow&);
+  bool left = false;  // words, not figures
+};
+const TopColumn kTopColumns[] = {
+    {"REQ/S", 7, 0, [](const DeviceRow& r) { return r.request_based ? FormatRate(r.requests_per_second) : "-"; }},
+    {"REQSZ", 6, 3, [](const DeviceRow& r) { return r.request_based ? FormatBytes(r.mean_request_bytes) : "-"; }},
+    {"BIOSZ", 6, 5, [](const DeviceRow& r) { return r.bio_based ? FormatBytes(r.mean_bio_bytes) : "-"; }},
+    {"MERGE/S", 7, 4, [](const DeviceRow& r) { return r.request_based ? FormatRate(r.merges_per_second) : "-"; }},
+    {"MISS/S", 7, 1, [](const DeviceRow& r) { return r.request_based ? FormatRate(r.missed_merges_per_second) : "-"; }},
+    {"P50", 6, 6, [](const DeviceRow& r) { return r.request_based ? FormatSeconds(r.latency_p50_seconds) : "-"; }},
+    {"P99", 6, 2, [](const DeviceRow& r) { return r.request_based ? FormatSeconds(r.latency_p99_seconds) : "-"; }},
+    {"NM", 2, 7, [](const DeviceRow& r) { return r.queue.nomerges >= 0 ? std::to_string(r.queue.nomerges) : "-"; }},
+    {"SCHED", 11, 8, [](const DeviceRow& r) { return r.queue.scheduler.empty() ? "-" : r.queue.scheduler; }, true},
+};
+constexpr size_t kTopNameWidth = 10, kTopColumnCount = sizeof(kTopColumns) / sizeof(kTopColumns[0]);
+
+// Which columns fit in `width`: dropped by drop_order, highest first, until the row fits.
+std::vector<bool> TopColumnsShown(int width) {
+  std::vector<bool> shown(kTopColumnCount, true);
   auto total = [&] {
-    size_t w = 2 + kNameWidth;
-    for (size_t i = 0; i < kColumnCount; ++i)
-      if (shown[i]) w += 1 + kColumns[i].width;
+    size_t w = 2 + kTopNameWidth;
+    for (size_t i = 0; i < kTopColumnCount; ++i)
+      if (shown[i]) w += 1 + kTopColumns[i].width;
     return w;
   };
-  int hidden = 0;
-  for (int order = 8; order >= 1 && total() > static_cast<size_t>(width); --order) {
-    for (size_t i = 0; i < kColumnCount; ++i) {
-      if (kColumns[i].drop_order == order) {
-        shown[i] = false;
-        ++hidden;
-      }
-    }
-  }
-  const size_t w = static_cast<size_t>(width);
-  lines.push_back(Fit(title, w));
-  // Said first, where it cannot be cut off: what the narrow screen leaves out.
-  if (hidden > 0) {
-    std::string names;
-    for (size_t i = 0; i < kColumnCount; ++i)
-      if (!shown[i]) names += std::string(names.empty() ? "" : " ") + kColumns[i].title;
-    lines.push_back(Fit("narrow terminal, hidden: " + names + " (80 columns show all)", w));
-  }
-  std::string header = "  " + PadRight("DEVICE", kNameWidth);
-  for (size_t i = 0; i < kColumnCount; ++i)
-    if (shown[i])
-      header += " " + (kColumns[i].left ? PadRight(kColumns[i].title, kColumns[i].width)
-                                        : PadLeft(kColumns[i].title, kColumns[i].width));
-  lines.push_back(Fit(header, w));
+  for (int order = 8; order >= 1 && total() > static_cast<size_t>(width); --order)
+    for (size_t i = 0; i < kTopColumnCount; ++i)
+      if (kTopColumns[i].drop_order == order) shown[i] = false;
+  return shown;
+}
 
-  // One row per device (the tree repeats a device built on two disks), busiest first.
+// One line of the table: `first` under DEVICE, then the shown columns' cells (or titles).
+template <typename CellText>
+std::string TopLine(const std::string& first, const std::vector<bool>& shown, CellText text) {
+  std::string line = first;
+  for (size_t i = 0; i < kTopColumnCount; ++i)
+    if (shown[i])
+      line += " " + (kTopColumns[i].left ? PadRight(text(kTopColumns[i]), kTopColumns[i].width)
+                                         : PadLeft(text(kTopColumns[i]), kTopColumns[i].width));
+  return line;
+}
+
+// One row per device (the tree repeats a device built on two disks), busiest first.
+std::vector<const DeviceRow*> DevicesBusiestFirst(const View& view) {
   std::vector<const DeviceRow*> rows;
   std::set<std::string> seen;
   for (const DeviceRow& r : view.tree)
@@ -350,8 +341,11 @@ std::vector<std::string> RenderTop(const View& view, const std::string& title, i
     const double rb = b->request_based ? b->requests_per_second : b->bios_per_second;
     return ra > rb;
   });
+  return rows;
+}
 
-  // What is active, below the table: it must stay on screen, so it is kept first.
+// What is active, for below the table.
+std::vector<std::string> TopNotes(const View& view, size_t w) {
   std::vector<std::string> notes;
   for (const Verdict& v : view.verdicts) {
     if (!v.active) continue;
@@ -365,7 +359,34 @@ std::vector<std::string> RenderTop(const View& view, const std::string& title, i
     if (!f.remedy.empty()) notes.push_back(Fit("  remedy: " + f.remedy, w));
   }
   if (notes.empty()) notes.push_back("no merge collapse and no queue finding active");
+  return notes;
+}
 
+}  // namespace
+
+std::vector<std::string> RenderTop(const View& view, const std::string& title, int width, int height) {
+  std::vector<std::string> lines;
+  if (width < kTopMinWidth || height < 3) {
+    lines.push_back(Fit("terminal too narrow: " + std::to_string(width) + "x" + std::to_string(height) +
+                            ", mergewatch top needs " + std::to_string(kTopMinWidth) + "x3",
+                        static_cast<size_t>(std::max(width, 1))));
+    return lines;
+  }
+  const std::vector<bool> shown = TopColumnsShown(width);
+  const size_t w = static_cast<size_t>(width);
+  lines.push_back(Fit(title, w));
+  // Said first, where it cannot be cut off: what the narrow screen leaves out.
+  std::string hidden;
+  for (size_t i = 0; i < kTopColumnCount; ++i)
+    if (!shown[i]) hidden += std::string(hidden.empty() ? "" : " ") + kTopColumns[i].title;
+  if (!hidden.empty()) lines.push_back(Fit("narrow terminal, hidden: " + hidden + " (80 columns show all)", w));
+  lines.push_back(Fit(TopLine("  " + PadRight("DEVICE", kTopNameWidth), shown,
+                              [](const TopColumn& c) { return std::string(c.title); }),
+                      w));
+
+  const std::vector<const DeviceRow*> rows = DevicesBusiestFirst(view);
+  // The notes must stay on screen: their room is kept first, the rows get the rest.
+  const std::vector<std::string> notes = TopNotes(view, w);
   const size_t h = static_cast<size_t>(height);
   const size_t room_for_notes = std::min(notes.size() + 1, h > 4 ? h - 4 : 0);
   const size_t room_for_rows = h - lines.size() - room_for_notes;
@@ -376,12 +397,9 @@ std::vector<std::string> RenderTop(const View& view, const std::string& title, i
       break;
     }
     if (n >= room_for_rows) break;
-    std::string line = Mark(*r) + " " + PadRight(Fit(r->name, kNameWidth), kNameWidth);
-    for (size_t i = 0; i < kColumnCount; ++i)
-      if (shown[i])
-        line += " " + (kColumns[i].left ? PadRight(kColumns[i].cell(*r), kColumns[i].width)
-                                        : PadLeft(kColumns[i].cell(*r), kColumns[i].width));
-    lines.push_back(Fit(line, w));
+    lines.push_back(Fit(TopLine(Mark(*r) + " " + PadRight(Fit(r->name, kTopNameWidth), kTopNameWidth), shown,
+                                [r](const TopColumn& c) { return c.cell(*r); }),
+                        w));
     ++n;
   }
   if (rows.empty()) lines.push_back(kNoDevices);
