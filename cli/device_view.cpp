@@ -149,111 +149,137 @@ std::vector<std::pair<double, double>> Shares(const Histogram& delta) {
   return out;
 }
 
-View BuildView(const ScrapeFacts& before, const ScrapeFacts& after, double seconds, const StatusDoc& status,
-               bool all) {
-  View view;
-  view.seconds = seconds;
-  view.version = !status.version.empty() ? status.version : after.version;
-  view.verdicts = status.verdicts;
-  view.findings = status.findings;
-  // A daemon without /status: the collapse gauge is all there is.
-  if (!status.served) {
-    for (const auto& [device, upper] : after.collapsed) {
-      Verdict v;
-      v.kind = "merge_collapse";
-      v.device = device;
-      v.upper = upper;
-      v.state = "collapsed";
-      v.active = true;
-      view.verdicts.push_back(v);
-    }
-  }
+namespace {
 
-  // Children in lsblk's sense: partitions of a disk, then the devices built on it.
+// Children in lsblk's sense: partitions of a disk, then the devices built on it.
+struct DeviceGraph {
   std::map<std::string, std::vector<std::string>> children;
   std::set<std::string> has_parent;
+};
+
+DeviceGraph GraphOf(const ScrapeFacts& after) {
+  DeviceGraph g;
   for (const auto& [name, d] : after.devices) {
     if (d.disk != name && after.devices.count(d.disk)) {
-      children[d.disk].push_back(name);
-      has_parent.insert(name);
+      g.children[d.disk].push_back(name);
+      g.has_parent.insert(name);
     }
   }
   for (const auto& [name, d] : after.devices) {
     for (const std::string& holder : d.holders) {
       if (!after.devices.count(holder)) continue;
-      children[name].push_back(holder);
-      has_parent.insert(holder);
+      g.children[name].push_back(holder);
+      g.has_parent.insert(holder);
     }
   }
-  for (auto& [name, list] : children) {
+  for (auto& [name, list] : g.children) {
     std::sort(list.begin(), list.end());
     list.erase(std::unique(list.begin(), list.end()), list.end());
   }
+  return g;
+}
 
+// The devices a verdict or a finding names.
+struct Marks {
   std::set<std::string> active, pending, flagged;
+};
+
+Marks MarksOf(const View& view) {
+  Marks m;
   for (const Verdict& v : view.verdicts) {
-    if (v.active) active.insert(v.device);
-    else if (v.state == "pending") pending.insert(v.device);
+    if (v.active) m.active.insert(v.device);
+    else if (v.state == "pending") m.pending.insert(v.device);
   }
-  for (const Finding& f : view.findings) flagged.insert(f.device);
+  for (const Finding& f : view.findings) m.flagged.insert(f.device);
+  return m;
+}
+
+// A daemon without /status: the collapse gauge is all there is.
+std::vector<Verdict> VerdictsFromGauge(const ScrapeFacts& after) {
+  std::vector<Verdict> verdicts;
+  for (const auto& [device, upper] : after.collapsed) {
+    Verdict v;
+    v.kind = "merge_collapse";
+    v.device = device;
+    v.upper = upper;
+    v.state = "collapsed";
+    v.active = true;
+    verdicts.push_back(v);
+  }
+  return verdicts;
+}
+
+DeviceRow MakeRow(const std::string& name, const std::string& prefix, const ScrapeFacts& before,
+                  const ScrapeFacts& after, double seconds, const Marks& marks) {
+  const DeviceFacts& a = after.devices.at(name);
+  auto b_it = before.devices.find(name);
+  const DeviceFacts b = b_it != before.devices.end() ? b_it->second : DeviceFacts{};
+  DeviceRow r;
+  r.name = name;
+  r.kind = a.kind;
+  r.dm_name = a.dm_name;
+  r.tree_prefix = prefix;
+  r.holders = a.holders;
+  r.queue = a.queue;
+  r.before = b.counters;
+  r.after = a.counters;
+  const Histogram sizes = Delta(b.counters.request_size, a.counters.request_size);
+  const Histogram bios = Delta(b.counters.bio_size, a.counters.bio_size);
+  const Histogram latency = Delta(b.counters.latency, a.counters.latency);
+  r.request_based = !a.counters.request_size.cumulative.empty() || a.counters.request_size.count > 0;
+  r.bio_based = !a.counters.bio_size.cumulative.empty() || a.counters.bio_size.count > 0;
+  r.requests_per_second = seconds > 0 ? sizes.count / seconds : 0;
+  r.mean_request_bytes = sizes.count > 0 ? sizes.sum / sizes.count : NAN;
+  r.bios_per_second = seconds > 0 ? bios.count / seconds : 0;
+  r.mean_bio_bytes = bios.count > 0 ? bios.sum / bios.count : NAN;
+  r.merges_per_second = Rate(b.counters.back_merges + b.counters.front_merges,
+                             a.counters.back_merges + a.counters.front_merges, seconds);
+  r.missed_merges_per_second = Rate(b.counters.missed_merges, a.counters.missed_merges, seconds);
+  r.missed_merge_ratio =
+      sizes.count > 0 ? std::min(1.0, Delta(b.counters.missed_merges, a.counters.missed_merges) / sizes.count) : 0;
+  r.latency_p50_seconds = Quantile(latency, 0.5);
+  r.latency_p99_seconds = Quantile(latency, 0.99);
+  r.request_sizes = Shares(sizes);
+  r.bio_sizes = Shares(bios);
+  r.collapsed = marks.active.count(name) > 0;
+  r.pending = marks.pending.count(name) > 0;
+  r.finding = marks.flagged.count(name) > 0;
+  return r;
+}
+
+}  // namespace
+
+View BuildView(const ScrapeFacts& before, const ScrapeFacts& after, double seconds, const StatusDoc& status,
+               bool all) {
+  View view;
+  view.seconds = seconds;
+  view.version = !status.version.empty() ? status.version : after.version;
+  view.verdicts = status.served ? status.verdicts : VerdictsFromGauge(after);
+  view.findings = status.findings;
+  const DeviceGraph graph = GraphOf(after);
+  const Marks marks = MarksOf(view);
 
   // Whether a subtree holds anything worth showing (depth-capped: sysfs cannot loop, a hostile
   // scrape can).
   std::function<bool(const std::string&, int)> interesting = [&](const std::string& name, int depth) {
     if (depth > 16) return false;
     const DeviceFacts& d = after.devices.at(name);
-    if (d.has_series || active.count(name) || pending.count(name) || flagged.count(name)) return true;
-    auto it = children.find(name);
-    if (it == children.end()) return false;
+    if (d.has_series || marks.active.count(name) || marks.pending.count(name) || marks.flagged.count(name))
+      return true;
+    auto it = graph.children.find(name);
+    if (it == graph.children.end()) return false;
     for (const std::string& c : it->second)
       if (interesting(c, depth + 1)) return true;
     return false;
   };
 
-  auto make_row = [&](const std::string& name, const std::string& prefix) {
-    const DeviceFacts& a = after.devices.at(name);
-    auto b_it = before.devices.find(name);
-    const DeviceFacts b = b_it != before.devices.end() ? b_it->second : DeviceFacts{};
-    DeviceRow r;
-    r.name = name;
-    r.kind = a.kind;
-    r.dm_name = a.dm_name;
-    r.tree_prefix = prefix;
-    r.holders = a.holders;
-    r.queue = a.queue;
-    r.before = b.counters;
-    r.after = a.counters;
-    const Histogram sizes = Delta(b.counters.request_size, a.counters.request_size);
-    const Histogram bios = Delta(b.counters.bio_size, a.counters.bio_size);
-    const Histogram latency = Delta(b.counters.latency, a.counters.latency);
-    r.request_based = !a.counters.request_size.cumulative.empty() || a.counters.request_size.count > 0;
-    r.bio_based = !a.counters.bio_size.cumulative.empty() || a.counters.bio_size.count > 0;
-    r.requests_per_second = seconds > 0 ? sizes.count / seconds : 0;
-    r.mean_request_bytes = sizes.count > 0 ? sizes.sum / sizes.count : NAN;
-    r.bios_per_second = seconds > 0 ? bios.count / seconds : 0;
-    r.mean_bio_bytes = bios.count > 0 ? bios.sum / bios.count : NAN;
-    r.merges_per_second = Rate(b.counters.back_merges + b.counters.front_merges,
-                               a.counters.back_merges + a.counters.front_merges, seconds);
-    r.missed_merges_per_second = Rate(b.counters.missed_merges, a.counters.missed_merges, seconds);
-    r.missed_merge_ratio =
-        sizes.count > 0 ? std::min(1.0, Delta(b.counters.missed_merges, a.counters.missed_merges) / sizes.count) : 0;
-    r.latency_p50_seconds = Quantile(latency, 0.5);
-    r.latency_p99_seconds = Quantile(latency, 0.99);
-    r.request_sizes = Shares(sizes);
-    r.bio_sizes = Shares(bios);
-    r.collapsed = active.count(name) > 0;
-    r.pending = pending.count(name) > 0;
-    r.finding = flagged.count(name) > 0;
-    return r;
-  };
-
   // lsblk's drawing: each level adds "├─" or "└─", and "│ " or "  " below it.
   std::function<void(const std::string&, const std::string&, const std::string&, int)> walk =
       [&](const std::string& name, const std::string& prefix, const std::string& indent, int depth) {
-        view.tree.push_back(make_row(name, prefix));
+        view.tree.push_back(MakeRow(name, prefix, before, after, seconds, marks));
         if (depth > 16) return;
-        auto it = children.find(name);
-        if (it == children.end()) return;
+        auto it = graph.children.find(name);
+        if (it == graph.children.end()) return;
         std::vector<std::string> shown;
         for (const std::string& c : it->second)
           if (all || interesting(c, depth + 1) || interesting(name, depth)) shown.push_back(c);
@@ -263,7 +289,7 @@ View BuildView(const ScrapeFacts& before, const ScrapeFacts& after, double secon
         }
       };
   for (const auto& [name, d] : after.devices) {
-    if (has_parent.count(name)) continue;
+    if (graph.has_parent.count(name)) continue;
     if (all || interesting(name, 0)) walk(name, "", "", 0);
   }
   return view;

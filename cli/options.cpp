@@ -132,6 +132,83 @@ bool ApplyClientConfig(const std::string& yaml, const std::string& dir, CommandL
   return true;
 }
 
+namespace {
+
+// What the flags give before it is checked: text the checks turn into CommandLine fields.
+struct RawFlags {
+  std::string config_file, password_file, timeout = "5s", interval;
+  bool show_version = false;
+  CLI::App* top = nullptr;
+};
+
+void DefineFlags(CLI::App& app, CommandLine& c, RawFlags& raw) {
+  app.get_formatter()->column_width(30);
+  app.require_subcommand(1);
+  app.fallthrough();
+  if (const char* env = std::getenv("MERGEWATCH_CONFIG")) raw.config_file = env;
+  app.add_option("--url", c.url,
+                 "The daemon's endpoint; a path other than / is its --web.telemetry-path (https://host:9863/mw/metrics)")
+      ->capture_default_str();
+  app.add_option("--config", raw.config_file,
+                 "Client config file (YAML: url, tls_config, basic_auth); default $MERGEWATCH_CONFIG");
+  app.add_option("--ca-file", c.client.ca_file, "CA certificate(s) that signed the daemon's TLS certificate");
+  app.add_option("--cert-file", c.client.cert_file, "Client certificate, when the daemon asks for one");
+  app.add_option("--key-file", c.client.key_file, "Key of the client certificate");
+  app.add_flag("--insecure", c.client.insecure_skip_verify, "Do not verify the daemon's TLS certificate");
+  app.add_option("--user", c.client.username, "Basic auth user (the password comes from --password-file or --config)");
+  app.add_option("--password-file", raw.password_file, "File holding the basic auth password");
+  app.add_option("--timeout", raw.timeout, "Time allowed for each request")->capture_default_str();
+  app.add_flag("--version", raw.show_version, "Print the version and exit");
+  CLI::App* status = app.add_subcommand(
+      "status", "One look: two scrapes --interval apart. Exit 0 nothing active, 1 a merge collapse active, "
+                "3 only queue findings, 2 the daemon unreachable or unusable");
+  status->add_flag("--json", c.json, "JSON for scripts, with the raw counters of both scrapes beside the rates");
+  status->add_option("--interval", raw.interval, "Time between the two scrapes (default 2s)");
+  status->add_flag("--all", c.all, "Every block device, not only the stacks with I/O or findings");
+  raw.top = app.add_subcommand("top", "Live view, refreshed every --interval; q quits");
+  raw.top->add_option("--interval", raw.interval, "Time between refreshes (default 1s)");
+  raw.top->add_flag("--all", c.all, "Every block device, not only the ones with I/O or findings");
+}
+
+// The password and the client config file; "" or what is wrong.
+std::string ApplyCredentials(const RawFlags& raw, bool url_from_flag, CommandLine& c) {
+  std::string error;
+  if (!raw.password_file.empty() && c.client.username.empty()) return "--password-file needs --user";
+  if (!raw.password_file.empty()) {
+    if (!ReadPassword(raw.password_file, &c.client.password, &error)) return "--password-file: " + error;
+  } else if (!c.client.username.empty() && raw.config_file.empty()) {
+    return "--user needs --password-file (a password is never taken on the command line)";
+  } else if (!raw.config_file.empty()) {
+    std::string text;
+    const size_t slash = raw.config_file.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : raw.config_file.substr(0, slash);
+    if (!ReadFile(raw.config_file, &text, &error) || !ApplyClientConfig(text, dir, &c, url_from_flag, &error))
+      return "--config " + raw.config_file + ": " + error;
+  }
+  return "";
+}
+
+// The durations, the endpoint and what goes together; "" or what is wrong.
+std::string CheckSettings(const RawFlags& raw, CommandLine& c) {
+  double timeout_seconds = 0;
+  if (!ParseSeconds(raw.timeout, &timeout_seconds) || timeout_seconds <= 0 || timeout_seconds > 3600)
+    return "--timeout must be a duration like 5s or 500ms, got \"" + raw.timeout + "\"";
+  c.client.timeout_ms = static_cast<long>(timeout_seconds * 1000);
+  c.interval_seconds = c.command == Command::kTop ? 1 : 2;
+  if (!raw.interval.empty() &&
+      (!ParseSeconds(raw.interval, &c.interval_seconds) || c.interval_seconds < 0.1 || c.interval_seconds > 3600))
+    return "--interval must be a duration from 100ms to 1h like 2s or 500ms, got \"" + raw.interval + "\"";
+  if (!c.client.username.empty() && c.client.password.empty())
+    return "basic auth user " + c.client.username + " has no password (--password-file, or basic_auth in --config)";
+  if (c.client.cert_file.empty() != c.client.key_file.empty()) return "--cert-file and --key-file go together";
+  std::string error;
+  if (!ParseEndpoint(c.url, &c.endpoint, &error)) return error;
+  if (c.json && c.command == Command::kTop) return "--json is for status";
+  return "";
+}
+
+}  // namespace
+
 ParsedCommandLine ParseCommandLine(int argc, const char* const* argv) {
   ParsedCommandLine result;
   CommandLine& c = result.command_line;
@@ -139,35 +216,8 @@ ParsedCommandLine ParseCommandLine(int argc, const char* const* argv) {
                "stack with request rates, sizes, merges and latency, and every merge collapse or queue\n"
                "finding with its evidence, cause and remedy. Needs only the running daemon.",
                "mergewatch"};
-  app.get_formatter()->column_width(30);
-  app.require_subcommand(1);
-  app.fallthrough();
-  std::string config_file, password_file, timeout = "5s", interval;
-  bool show_version = false;
-  if (const char* env = std::getenv("MERGEWATCH_CONFIG")) config_file = env;
-  app.add_option("--url", c.url,
-                 "The daemon's endpoint; a path other than / is its --web.telemetry-path (https://host:9863/mw/metrics)")
-      ->capture_default_str();
-  app.add_option("--config", config_file,
-                 "Client config file (YAML: url, tls_config, basic_auth); default $MERGEWATCH_CONFIG");
-  app.add_option("--ca-file", c.client.ca_file, "CA certificate(s) that signed the daemon's TLS certificate");
-  app.add_option("--cert-file", c.client.cert_file, "Client certificate, when the daemon asks for one");
-  app.add_option("--key-file", c.client.key_file, "Key of the client certificate");
-  app.add_flag("--insecure", c.client.insecure_skip_verify, "Do not verify the daemon's TLS certificate");
-  app.add_option("--user", c.client.username, "Basic auth user (the password comes from --password-file or --config)");
-  app.add_option("--password-file", password_file, "File holding the basic auth password");
-  app.add_option("--timeout", timeout, "Time allowed for each request")->capture_default_str();
-  app.add_flag("--version", show_version, "Print the version and exit");
-  CLI::App* status = app.add_subcommand(
-      "status", "One look: two scrapes --interval apart. Exit 0 nothing active, 1 a merge collapse active, "
-                "3 only queue findings, 2 the daemon unreachable or unusable");
-  status->add_flag("--json", c.json, "JSON for scripts, with the raw counters of both scrapes beside the rates");
-  status->add_option("--interval", interval, "Time between the two scrapes (default 2s)");
-  status->add_flag("--all", c.all, "Every block device, not only the stacks with I/O or findings");
-  CLI::App* top = app.add_subcommand("top", "Live view, refreshed every --interval; q quits");
-  top->add_option("--interval", interval, "Time between refreshes (default 1s)");
-  top->add_flag("--all", c.all, "Every block device, not only the ones with I/O or findings");
-
+  RawFlags raw;
+  DefineFlags(app, c, raw);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -177,7 +227,7 @@ ParsedCommandLine ParseCommandLine(int argc, const char* const* argv) {
     result.output = app.help("", CLI::AppFormatMode::All);
     return result;
   } catch (const CLI::ParseError& e) {
-    if (show_version) {
+    if (raw.show_version) {
       result.output = std::string("mergewatch ") + MERGEWATCH_VERSION + "\n";
       return result;
     }
@@ -185,36 +235,9 @@ ParsedCommandLine ParseCommandLine(int argc, const char* const* argv) {
     result.output = std::string("mergewatch: ") + e.what() + "\nRun 'mergewatch --help' for the commands and flags.\n";
     return result;
   }
-  c.command = top->parsed() ? Command::kTop : Command::kStatus;
-  std::string error;
-  const bool url_from_flag = app.count("--url") > 0;
-  if (!password_file.empty() && c.client.username.empty()) {
-    error = "--password-file needs --user";
-  } else if (!password_file.empty() && !ReadPassword(password_file, &c.client.password, &error)) {
-    error = "--password-file: " + error;
-  } else if (!c.client.username.empty() && password_file.empty() && config_file.empty()) {
-    error = "--user needs --password-file (a password is never taken on the command line)";
-  } else if (!config_file.empty()) {
-    std::string text;
-    const size_t slash = config_file.rfind('/');
-    const std::string dir = slash == std::string::npos ? "." : config_file.substr(0, slash);
-    if (!ReadFile(config_file, &text, &error) || !ApplyClientConfig(text, dir, &c, url_from_flag, &error))
-      error = "--config " + config_file + ": " + error;
-  }
-  double timeout_seconds = 0;
-  if (error.empty() && (!ParseSeconds(timeout, &timeout_seconds) || timeout_seconds <= 0 || timeout_seconds > 3600))
-    error = "--timeout must be a duration like 5s or 500ms, got \"" + timeout + "\"";
-  c.client.timeout_ms = static_cast<long>(timeout_seconds * 1000);
-  c.interval_seconds = c.command == Command::kTop ? 1 : 2;
-  if (error.empty() && !interval.empty() &&
-      (!ParseSeconds(interval, &c.interval_seconds) || c.interval_seconds < 0.1 || c.interval_seconds > 3600))
-    error = "--interval must be a duration from 100ms to 1h like 2s or 500ms, got \"" + interval + "\"";
-  if (error.empty() && !c.client.username.empty() && c.client.password.empty())
-    error = "basic auth user " + c.client.username + " has no password (--password-file, or basic_auth in --config)";
-  if (error.empty() && (c.client.cert_file.empty() != c.client.key_file.empty()))
-    error = "--cert-file and --key-file go together";
-  if (error.empty()) ParseEndpoint(c.url, &c.endpoint, &error);
-  if (error.empty() && c.json && c.command == Command::kTop) error = "--json is for status";
+  c.command = raw.top->parsed() ? Command::kTop : Command::kStatus;
+  std::string error = ApplyCredentials(raw, app.count("--url") > 0, c);
+  if (error.empty()) error = CheckSettings(raw, c);
   if (!error.empty()) {
     result.exit_code = kExitUsage;
     result.output = "mergewatch: " + error + "\n";
