@@ -662,12 +662,7 @@ int HttpServer::Handle(MHD_Connection* connection, const char* url, const char* 
   const std::shared_ptr<const WebState> state = conn != nullptr && conn->web ? conn->web : web();
   // Strictness first (RFC 9112): what a proxy in front would judge differently must not reach
   // the path rules.
-  std::string bad = conn != nullptr ? conn->target_problem : "";
-  const char* host = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
-  if (bad.empty() && host == nullptr && version != nullptr && strcmp(version, MHD_HTTP_VERSION_1_0) != 0)
-    bad = "HTTP/1.1 requires a Host header";
-  if (bad.empty() && !options_.allowed_hosts.empty() && !HostAllowed(host != nullptr ? host : "", options_.allowed_hosts))
-    bad = "Host is not one of --web.allowed-hosts";
+  const std::string bad = RequestProblem(connection, conn, version);
   if (!bad.empty()) {
     ++counts_->bad_requests;
     LogDebug("http: 400: " + bad);
@@ -681,74 +676,105 @@ int HttpServer::Handle(MHD_Connection* connection, const char* url, const char* 
     }
   }
   if (state->auth->enabled()) {
-    bool ok = false;
-    AuthGate::Verdict verdict = AuthGate::Verdict::kRun;
-    SteadyDuration retry_after{};
-    if (conn != nullptr && conn->auth != Conn::Auth::kNone) {
-      // Resumed: the auth thread has checked this request's credentials.
-      ok = conn->auth == Conn::Auth::kOk;
-      conn->auth = Conn::Auth::kNone;
+    int answered = MHD_YES;
+    if (!Authorized(connection, conn, *state, &answered)) return answered;
+  }
+  return Route(connection, url, method);
+}
+
+std::string HttpServer::RequestProblem(MHD_Connection* connection, const Conn* conn, const char* version) const {
+  if (conn != nullptr && !conn->target_problem.empty()) return conn->target_problem;
+  const char* host = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+  if (host == nullptr && version != nullptr && strcmp(version, MHD_HTTP_VERSION_1_0) != 0)
+    return "HTTP/1.1 requires a Host header";
+  if (!options_.allowed_hosts.empty() && !HostAllowed(host != nullptr ? host : "", options_.allowed_hosts))
+    return "Host is not one of --web.allowed-hosts";
+  return "";
+}
+
+bool HttpServer::Authorized(MHD_Connection* connection, Conn* conn, const WebState& state, int* answered) {
+  bool ok = false;
+  AuthGate::Verdict verdict = AuthGate::Verdict::kRun;
+  SteadyDuration retry_after{};
+  if (conn != nullptr && conn->auth != Conn::Auth::kNone) {
+    // Resumed: the auth thread has checked this request's credentials.
+    ok = conn->auth == Conn::Auth::kOk;
+    conn->auth = Conn::Auth::kNone;
+  } else {
+    char* password = nullptr;
+    char* user = MHD_basic_auth_get_username_password(connection, &password);
+    bool suspended = false;
+    if (user == nullptr || password == nullptr) {
+      ++counts_->auth_missing;
+    } else if (state.auth->Remembered(user, password)) {
+      ok = true;  // the scrapes of a Prometheus that logged in once: never behind the gate
     } else {
-      char* password = nullptr;
-      char* user = MHD_basic_auth_get_username_password(connection, &password);
-      bool suspended = false;
-      if (user == nullptr || password == nullptr) {
-        ++counts_->auth_missing;
-      } else if (state->auth->Remembered(user, password)) {
-        ok = true;  // the scrapes of a Prometheus that logged in once: never behind the gate
-      } else {
-        const std::string client = conn != nullptr ? conn->client : "other";
-        verdict = auth_gate_.Admit(client, std::chrono::steady_clock::now(), &retry_after);
-        if (verdict == AuthGate::Verdict::kRun && conn != nullptr) {
-          conn->auth = Conn::Auth::kPending;
-          MHD_suspend_connection(connection);  // before the job exists: its resume cannot come first
-          suspended = Enqueue(AuthJob{connection, conn, state->auth, user, password});
-          if (!suspended) {  // shutting down: no thread to hand it to
-            conn->auth = Conn::Auth::kNone;
-            MHD_resume_connection(connection);
-          }
-        }
-        if (verdict == AuthGate::Verdict::kRun && !suspended) {
-          const auto started = std::chrono::steady_clock::now();
-          ok = state->auth->Check(user, password);
-          auth_gate_.Done(client, ok, started, std::chrono::steady_clock::now());
-          if (!ok) ++counts_->auth_wrong;
-        } else if (verdict != AuthGate::Verdict::kRun) {
-          ++(verdict == AuthGate::Verdict::kThrottled ? counts_->auth_throttled : counts_->auth_busy);
+      const std::string client = conn != nullptr ? conn->client : "other";
+      verdict = auth_gate_.Admit(client, std::chrono::steady_clock::now(), &retry_after);
+      if (verdict == AuthGate::Verdict::kRun && conn != nullptr) {
+        conn->auth = Conn::Auth::kPending;
+        MHD_suspend_connection(connection);  // before the job exists: its resume cannot come first
+        suspended = Enqueue(AuthJob{connection, conn, state.auth, user, password});
+        if (!suspended) {  // shutting down: no thread to hand it to
+          conn->auth = Conn::Auth::kNone;
+          MHD_resume_connection(connection);
         }
       }
-      if (user != nullptr) MHD_free(user);
-      if (password != nullptr) {
-        explicit_bzero(password, strlen(password));
-        MHD_free(password);
+      if (verdict == AuthGate::Verdict::kRun && !suspended) {
+        const auto started = std::chrono::steady_clock::now();
+        ok = state.auth->Check(user, password);
+        auth_gate_.Done(client, ok, started, std::chrono::steady_clock::now());
+        if (!ok) ++counts_->auth_wrong;
+      } else if (verdict != AuthGate::Verdict::kRun) {
+        ++(verdict == AuthGate::Verdict::kThrottled ? counts_->auth_throttled : counts_->auth_busy);
       }
-      if (suspended) return MHD_YES;  // called again once resumed
     }
-    if (verdict != AuthGate::Verdict::kRun) {
-      // No check was run: 429, and when to come back (RFC 6585), rather than a 401 that would
-      // say the password was wrong.
-      const auto seconds = std::max<long>(1, std::chrono::ceil<std::chrono::seconds>(retry_after).count());
-      MHD_Response* response = TextResponse(
-          verdict == AuthGate::Verdict::kThrottled ? "429 Too Many Requests: failed logins from this address\n"
-                                                   : "429 Too Many Requests: another password check is running\n",
-          "text/plain; charset=utf-8");
-      if (response == nullptr) return MHD_NO;
-      MHD_add_response_header(response, "Retry-After", std::to_string(seconds).c_str());
-      AddConfiguredHeaders(connection, response);
-      const MHD_Result result = MHD_queue_response(connection, MHD_HTTP_TOO_MANY_REQUESTS, response);
-      MHD_destroy_response(response);
-      return result;
+    if (user != nullptr) MHD_free(user);
+    if (password != nullptr) {
+      explicit_bzero(password, strlen(password));
+      MHD_free(password);
     }
-    if (!ok) {
-      MHD_Response* response = TextResponse("401 Unauthorized\n", "text/plain; charset=utf-8");
-      if (response == nullptr) return MHD_NO;
-      AddConfiguredHeaders(connection, response);
-      const MHD_Result result = MHD_queue_basic_auth_fail_response(connection, "mergewatch", response);
-      MHD_destroy_response(response);
-      return result;
+    if (suspended) {
+      *answered = MHD_YES;  // called again once resumed
+      return false;
     }
   }
-  const std::string path = url;
+  if (verdict != AuthGate::Verdict::kRun) {
+    *answered = SendTooManyRequests(connection, verdict, retry_after);
+    return false;
+  }
+  if (!ok) {
+    MHD_Response* response = TextResponse("401 Unauthorized\n", "text/plain; charset=utf-8");
+    if (response == nullptr) {
+      *answered = MHD_NO;
+      return false;
+    }
+    AddConfiguredHeaders(connection, response);
+    *answered = MHD_queue_basic_auth_fail_response(connection, "mergewatch", response);
+    MHD_destroy_response(response);
+    return false;
+  }
+  return true;
+}
+
+int HttpServer::SendTooManyRequests(MHD_Connection* connection, AuthGate::Verdict verdict,
+                                    SteadyDuration retry_after) {
+  // No check was run: 429, and when to come back (RFC 6585), rather than a 401 that would
+  // say the password was wrong.
+  const auto seconds = std::max<long>(1, std::chrono::ceil<std::chrono::seconds>(retry_after).count());
+  MHD_Response* response = TextResponse(
+      verdict == AuthGate::Verdict::kThrottled ? "429 Too Many Requests: failed logins from this address\n"
+                                               : "429 Too Many Requests: another password check is running\n",
+      "text/plain; charset=utf-8");
+  if (response == nullptr) return MHD_NO;
+  MHD_add_response_header(response, "Retry-After", std::to_string(seconds).c_str());
+  AddConfiguredHeaders(connection, response);
+  const MHD_Result result = MHD_queue_response(connection, MHD_HTTP_TOO_MANY_REQUESTS, response);
+  MHD_destroy_response(response);
+  return result;
+}
+
+int HttpServer::Route(MHD_Connection* connection, const std::string& path, const char* method) {
   if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0) {
     MHD_Response* response = TextResponse("405 method not allowed\n", "text/plain; charset=utf-8");
     if (response == nullptr) return MHD_NO;

@@ -160,7 +160,16 @@ class HttpServer {
   void Reprieve(Conn* conn);
   // Takes a connection off its loop's evicting_ list (closed, or reprieved). Under conns_mutex_.
   void NotEvicting(Conn* conn);
+  // One request: its syntax and Host, the client certificate, basic auth, then Route.
   int Handle(MHD_Connection* connection, const char* url, const char* method, const char* version);
+  // What makes the request a 400 (RFC 9112 strictness, --web.allowed-hosts); "" when nothing does.
+  std::string RequestProblem(MHD_Connection* connection, const Conn* conn, const char* version) const;
+  // Basic auth: true when the request may go on; else *answered is what Handle returns (a 401 or 429
+  // queued, or MHD_YES for a connection suspended while the auth thread checks its password).
+  bool Authorized(MHD_Connection* connection, Conn* conn, const WebState& state, int* answered);
+  int SendTooManyRequests(MHD_Connection* connection, AuthGate::Verdict verdict, SteadyDuration retry_after);
+  // GET or HEAD of /, the status path or the telemetry path.
+  int Route(MHD_Connection* connection, const std::string& path, const char* method);
 
   friend struct HttpCallbacks;
   const HttpOptions options_;

@@ -305,6 +305,102 @@ std::string BcryptHashProblem(const std::string& hash) {
   return "";
 }
 
+namespace {
+
+bool ParseClientAuthType(const std::string& auth, ClientAuth* client_auth, std::string* error) {
+  if (auth.empty() || auth == "NoClientCert") {
+    *client_auth = ClientAuth::kNone;
+  } else if (auth == "RequestClientCert") {
+    *client_auth = ClientAuth::kRequest;
+  } else if (auth == "RequireAnyClientCert") {
+    *client_auth = ClientAuth::kRequireAny;
+  } else if (auth == "VerifyClientCertIfGiven") {
+    *client_auth = ClientAuth::kVerifyIfGiven;
+  } else if (auth == "RequireAndVerifyClientCert") {
+    *client_auth = ClientAuth::kRequireAndVerify;
+  } else {
+    *error = "tls_server_config.client_auth_type: unknown value \"" + auth + "\"";
+    return false;
+  }
+  return true;
+}
+
+// tls_server_config: versions, ciphers and curves, the files (relative to the config's folder), client auth.
+bool ParseTlsServerConfig(const YAML::Node& tls, const std::string& base_dir, WebConfig* config, std::string* error) {
+  if (!tls.IsMap()) {
+    *error = "tls_server_config must be a mapping";
+    return false;
+  }
+  if (!CheckKeys(tls, "tls_server_config.",
+                 {"cert_file", "key_file", "client_ca_file", "client_auth_type", "min_version", "max_version",
+                  "cipher_suites", "curve_preferences", "prefer_server_cipher_suites"},
+                 {"cert", "key", "client_ca", "client_allowed_sans"}, error))
+    return false;
+  if (!ParseTlsVersion(tls["min_version"], "min_version", &config->min_version, error) ||
+      !ParseTlsVersion(tls["max_version"], "max_version", &config->max_version, error) ||
+      !ParseList(tls["cipher_suites"], "cipher_suites", &config->cipher_suites, error) ||
+      !ParseList(tls["curve_preferences"], "curve_preferences", &config->curve_preferences, error))
+    return false;
+  if (config->max_version < config->min_version) {
+    *error = "tls_server_config.max_version is below tls_server_config.min_version";
+    return false;
+  }
+  if (tls["prefer_server_cipher_suites"])
+    config->prefer_server_cipher_suites = tls["prefer_server_cipher_suites"].as<bool>();
+  std::string priorities;
+  if (!TlsPriorities(*config, &priorities, error)) return false;
+  if (tls["cert_file"]) config->cert_file = Resolve(base_dir, tls["cert_file"].as<std::string>());
+  if (tls["key_file"]) config->key_file = Resolve(base_dir, tls["key_file"].as<std::string>());
+  if (tls["client_ca_file"]) config->client_ca_file = Resolve(base_dir, tls["client_ca_file"].as<std::string>());
+  const std::string auth = tls["client_auth_type"] ? tls["client_auth_type"].as<std::string>() : "";
+  if (!ParseClientAuthType(auth, &config->client_auth, error)) return false;
+  if (config->cert_file.empty() || config->key_file.empty()) {
+    *error = "tls_server_config needs both cert_file and key_file";
+    return false;
+  }
+  // As exporter-toolkit: verifying needs a CA; a CA with nothing to verify is a mistake.
+  const bool verifies =
+      config->client_auth == ClientAuth::kVerifyIfGiven || config->client_auth == ClientAuth::kRequireAndVerify;
+  if (verifies && config->client_ca_file.empty()) {
+    *error = "tls_server_config.client_auth_type " + auth + " needs client_ca_file";
+    return false;
+  }
+  if (config->client_auth == ClientAuth::kNone && !config->client_ca_file.empty()) {
+    *error = "tls_server_config.client_ca_file is set but client_auth_type is NoClientCert";
+    return false;
+  }
+  return true;
+}
+
+// basic_auth_users: user name to a bcrypt hash libxcrypt can verify.
+bool ParseBasicAuthUsers(const YAML::Node& users, WebConfig* config, std::string* error) {
+  if (!users.IsMap()) {
+    *error = "basic_auth_users must map user names to bcrypt hashes";
+    return false;
+  }
+  for (const auto& entry : users) {
+    const std::string user = entry.first.as<std::string>();
+    const std::string hash = entry.second.as<std::string>();
+    if (hash.size() != 60 || hash[0] != '$' || hash[1] != '2' ||
+        (hash[2] != 'a' && hash[2] != 'b' && hash[2] != 'y') || hash[3] != '$') {
+      *error = "basic_auth_users." + user + " is not a bcrypt hash ($2y$..., e.g. from htpasswd -nBC 10)";
+      return false;
+    }
+    if (user.find(':') != std::string::npos) {
+      *error = "basic_auth_users: a user name cannot contain ':' (" + user + ")";
+      return false;
+    }
+    if (const std::string problem = BcryptHashProblem(hash); !problem.empty()) {
+      *error = "basic_auth_users." + user + ": " + problem;
+      return false;
+    }
+    config->users[user] = hash;
+  }
+  return true;
+}
+
+}  // namespace
+
 bool ParseWebConfig(const std::string& yaml, const std::string& base_dir, WebConfig* config, std::string* error) {
   YAML::Node root;
   try {
@@ -325,87 +421,10 @@ bool ParseWebConfig(const std::string& yaml, const std::string& base_dir, WebCon
       if (!CheckKeys(http, "http_server_config.", {"http2", "headers"}, {}, error)) return false;
       if (!ParseHeaders(http["headers"], config, error)) return false;
     }
-    if (const YAML::Node tls = root["tls_server_config"]; tls && !tls.IsNull()) {
-      if (!tls.IsMap()) {
-        *error = "tls_server_config must be a mapping";
-        return false;
-      }
-      if (!CheckKeys(tls, "tls_server_config.",
-                     {"cert_file", "key_file", "client_ca_file", "client_auth_type", "min_version", "max_version",
-                      "cipher_suites", "curve_preferences", "prefer_server_cipher_suites"},
-                     {"cert", "key", "client_ca", "client_allowed_sans"}, error))
-        return false;
-      if (!ParseTlsVersion(tls["min_version"], "min_version", &config->min_version, error) ||
-          !ParseTlsVersion(tls["max_version"], "max_version", &config->max_version, error) ||
-          !ParseList(tls["cipher_suites"], "cipher_suites", &config->cipher_suites, error) ||
-          !ParseList(tls["curve_preferences"], "curve_preferences", &config->curve_preferences, error))
-        return false;
-      if (config->max_version < config->min_version) {
-        *error = "tls_server_config.max_version is below tls_server_config.min_version";
-        return false;
-      }
-      if (tls["prefer_server_cipher_suites"])
-        config->prefer_server_cipher_suites = tls["prefer_server_cipher_suites"].as<bool>();
-      std::string priorities;
-      if (!TlsPriorities(*config, &priorities, error)) return false;
-      if (tls["cert_file"]) config->cert_file = Resolve(base_dir, tls["cert_file"].as<std::string>());
-      if (tls["key_file"]) config->key_file = Resolve(base_dir, tls["key_file"].as<std::string>());
-      if (tls["client_ca_file"]) config->client_ca_file = Resolve(base_dir, tls["client_ca_file"].as<std::string>());
-      const std::string auth = tls["client_auth_type"] ? tls["client_auth_type"].as<std::string>() : "";
-      if (auth.empty() || auth == "NoClientCert") {
-        config->client_auth = ClientAuth::kNone;
-      } else if (auth == "RequestClientCert") {
-        config->client_auth = ClientAuth::kRequest;
-      } else if (auth == "RequireAnyClientCert") {
-        config->client_auth = ClientAuth::kRequireAny;
-      } else if (auth == "VerifyClientCertIfGiven") {
-        config->client_auth = ClientAuth::kVerifyIfGiven;
-      } else if (auth == "RequireAndVerifyClientCert") {
-        config->client_auth = ClientAuth::kRequireAndVerify;
-      } else {
-        *error = "tls_server_config.client_auth_type: unknown value \"" + auth + "\"";
-        return false;
-      }
-      if (config->cert_file.empty() || config->key_file.empty()) {
-        *error = "tls_server_config needs both cert_file and key_file";
-        return false;
-      }
-      // As exporter-toolkit: verifying needs a CA; a CA with nothing to verify is a mistake.
-      const bool verifies =
-          config->client_auth == ClientAuth::kVerifyIfGiven || config->client_auth == ClientAuth::kRequireAndVerify;
-      if (verifies && config->client_ca_file.empty()) {
-        *error = "tls_server_config.client_auth_type " + auth + " needs client_ca_file";
-        return false;
-      }
-      if (config->client_auth == ClientAuth::kNone && !config->client_ca_file.empty()) {
-        *error = "tls_server_config.client_ca_file is set but client_auth_type is NoClientCert";
-        return false;
-      }
-    }
-    if (const YAML::Node users = root["basic_auth_users"]; users && !users.IsNull()) {
-      if (!users.IsMap()) {
-        *error = "basic_auth_users must map user names to bcrypt hashes";
-        return false;
-      }
-      for (const auto& entry : users) {
-        const std::string user = entry.first.as<std::string>();
-        const std::string hash = entry.second.as<std::string>();
-        if (hash.size() != 60 || hash[0] != '$' || hash[1] != '2' ||
-            (hash[2] != 'a' && hash[2] != 'b' && hash[2] != 'y') || hash[3] != '$') {
-          *error = "basic_auth_users." + user + " is not a bcrypt hash ($2y$..., e.g. from htpasswd -nBC 10)";
-          return false;
-        }
-        if (user.find(':') != std::string::npos) {
-          *error = "basic_auth_users: a user name cannot contain ':' (" + user + ")";
-          return false;
-        }
-        if (const std::string problem = BcryptHashProblem(hash); !problem.empty()) {
-          *error = "basic_auth_users." + user + ": " + problem;
-          return false;
-        }
-        config->users[user] = hash;
-      }
-    }
+    if (const YAML::Node tls = root["tls_server_config"]; tls && !tls.IsNull())
+      if (!ParseTlsServerConfig(tls, base_dir, config, error)) return false;
+    if (const YAML::Node users = root["basic_auth_users"]; users && !users.IsNull())
+      if (!ParseBasicAuthUsers(users, config, error)) return false;
   } catch (const YAML::Exception& e) {
     *error = std::string("unexpected value: ") + e.what();
     return false;
