@@ -311,6 +311,37 @@ HttpServer::HttpServer(HttpOptions options, ScrapeHandler scrape)
                   "<p><a href=\"" + options_.telemetry_path + "\">Metrics</a></p>\n</body></html>\n";
 }
 
+MHD_Daemon* HttpServer::StartEventLoop(int listen_fd, unsigned flags) {
+  const HttpOptions& o = options_;
+  // libmicrohttpd's own limit stops it polling the listening socket (connections then wait in
+  // the kernel's queue): set above our caps, which refuse first (AcceptPolicy). A loop's count
+  // also holds the connections cut or chosen to make room that it has not closed yet: those are
+  // closed at its next pass or the one after, and it accepts at most 10 a pass (0.9.75), so it
+  // stays far below this while the caps hold; and a loop at its limit leaves the listening
+  // socket to the others, which go on draining the kernel's queue.
+  const unsigned mhd_limit = o.limits.connection_limit + 64;
+  std::vector<MHD_OptionItem> items = {
+      {MHD_OPTION_LISTEN_SOCKET, listen_fd, nullptr},
+      {MHD_OPTION_CONNECTION_LIMIT, mhd_limit, nullptr},
+      {MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<intptr_t>(o.limits.connection_memory), nullptr},
+      // Inactivity: covers a client that stops reading its response. CutLateConnections covers the rest.
+      {MHD_OPTION_CONNECTION_TIMEOUT, static_cast<intptr_t>(o.limits.response_stall_timeout.count()), nullptr},
+      {MHD_OPTION_NOTIFY_COMPLETED, reinterpret_cast<intptr_t>(&HttpCallbacks::Completed), this},
+      {MHD_OPTION_NOTIFY_CONNECTION, reinterpret_cast<intptr_t>(&HttpCallbacks::Connection), this},
+      {MHD_OPTION_URI_LOG_CALLBACK, reinterpret_cast<intptr_t>(&HttpCallbacks::UriLog), this},
+      {MHD_OPTION_EXTERNAL_LOGGER, reinterpret_cast<intptr_t>(&LogMhd), nullptr},
+  };
+  if (o.web.tls()) {
+    items.push_back({MHD_OPTION_HTTPS_MEM_CERT, 0, const_cast<char*>(o.secrets.cert_pem.c_str())});
+    items.push_back({MHD_OPTION_HTTPS_MEM_KEY, 0, const_cast<char*>(o.secrets.key_pem.c_str())});
+    // The client CA and the priorities come from the web state per connection (Connection callback).
+  }
+  items.push_back({MHD_OPTION_END, 0, nullptr});
+  errno = 0;
+  return MHD_start_daemon(flags, 0, &HttpCallbacks::AcceptPolicy, this, &HttpCallbacks::Access, this,
+                          MHD_OPTION_ARRAY, items.data(), MHD_OPTION_END);
+}
+
 std::unique_ptr<HttpServer> HttpServer::Start(const std::vector<int>& listen_fds, const HttpOptions& options,
                                               ScrapeHandler scrape, std::string* error) {
   std::unique_ptr<HttpServer> server(new HttpServer(options, std::move(scrape)));
@@ -327,41 +358,14 @@ std::unique_ptr<HttpServer> HttpServer::Start(const std::vector<int>& listen_fds
   unsigned flags = MHD_USE_EPOLL | MHD_USE_ERROR_LOG | MHD_USE_ITC | MHD_ALLOW_SUSPEND_RESUME;
   if (o.web.tls()) flags |= MHD_USE_TLS;
   const unsigned threads = std::max(1u, o.limits.threads);
-  // libmicrohttpd's own limit stops it polling the listening socket (connections then wait in
-  // the kernel's queue): set above our caps, which refuse first (AcceptPolicy). A loop's count
-  // also holds the connections cut or chosen to make room that it has not closed yet: those are
-  // closed at its next pass or the one after, and it accepts at most 10 a pass (0.9.75), so it
-  // stays far below this while the caps hold; and a loop at its limit leaves the listening
-  // socket to the others, which go on draining the kernel's queue.
-  const unsigned mhd_limit = o.limits.connection_limit + 64;
   size_t next_fd = 0;
   bool failed = false;
   for (; next_fd < listen_fds.size() && !failed; ++next_fd) {
     const std::string name = SocketName(listen_fds[next_fd]);  // a failed start may close the socket
     // Several daemons on one listening socket: each accepts from it, as the threads of
     // libmicrohttpd's own pool do.
-    for (unsigned t = 0; t < threads; ++t) {
-      std::vector<MHD_OptionItem> items = {
-          {MHD_OPTION_LISTEN_SOCKET, listen_fds[next_fd], nullptr},
-          {MHD_OPTION_CONNECTION_LIMIT, mhd_limit, nullptr},
-          {MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<intptr_t>(o.limits.connection_memory), nullptr},
-          // Inactivity: covers a client that stops reading its response. CutLateConnections covers the rest.
-          {MHD_OPTION_CONNECTION_TIMEOUT, static_cast<intptr_t>(o.limits.response_stall_timeout.count()), nullptr},
-          {MHD_OPTION_NOTIFY_COMPLETED, reinterpret_cast<intptr_t>(&HttpCallbacks::Completed), server.get()},
-          {MHD_OPTION_NOTIFY_CONNECTION, reinterpret_cast<intptr_t>(&HttpCallbacks::Connection), server.get()},
-          {MHD_OPTION_URI_LOG_CALLBACK, reinterpret_cast<intptr_t>(&HttpCallbacks::UriLog), server.get()},
-          {MHD_OPTION_EXTERNAL_LOGGER, reinterpret_cast<intptr_t>(&LogMhd), nullptr},
-      };
-      if (o.web.tls()) {
-        items.push_back({MHD_OPTION_HTTPS_MEM_CERT, 0, const_cast<char*>(o.secrets.cert_pem.c_str())});
-        items.push_back({MHD_OPTION_HTTPS_MEM_KEY, 0, const_cast<char*>(o.secrets.key_pem.c_str())});
-        // The client CA and the priorities come from the web state per connection (Connection callback).
-      }
-      items.push_back({MHD_OPTION_END, 0, nullptr});
-      errno = 0;
-      MHD_Daemon* daemon = MHD_start_daemon(flags, 0, &HttpCallbacks::AcceptPolicy, server.get(),
-                                            &HttpCallbacks::Access, server.get(), MHD_OPTION_ARRAY, items.data(),
-                                            MHD_OPTION_END);
+    for (unsigned t = 0; t < threads && !failed; ++t) {
+      MHD_Daemon* daemon = server->StartEventLoop(listen_fds[next_fd], flags);
       if (daemon == nullptr) {
         // errno is libmicrohttpd's last failed call (epoll_create, pthread_create...), when it set one.
         const int cause = errno;
@@ -369,9 +373,9 @@ std::unique_ptr<HttpServer> HttpServer::Start(const std::vector<int>& listen_fds
                  (o.web.tls() ? " (is the certificate or key in the web config malformed, or do they not match?)"
                               : "");
         failed = true;
-        break;
+      } else {
+        server->daemons_.push_back(daemon);
       }
-      server->daemons_.push_back(daemon);
     }
     if (!failed) server->fds_.push_back(listen_fds[next_fd]);
   }

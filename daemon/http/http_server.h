@@ -160,6 +160,8 @@ class HttpServer {
   void Reprieve(Conn* conn);
   // Takes a connection off its loop's evicting_ list (closed, or reprieved). Under conns_mutex_.
   void NotEvicting(Conn* conn);
+  // One libmicrohttpd event loop on listen_fd (external epoll: Worker runs it); nullptr and errno if it fails.
+  MHD_Daemon* StartEventLoop(int listen_fd, unsigned flags);
   // One request: its syntax and Host, the client certificate, basic auth, then Route.
   int Handle(MHD_Connection* connection, const char* url, const char* method, const char* version);
   // What makes the request a 400 (RFC 9112 strictness, --web.allowed-hosts); "" when nothing does.
