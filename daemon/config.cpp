@@ -56,16 +56,19 @@ bool ValidRegex(const std::string& pattern) {
 
 }  // namespace
 
-ParseResult ParseFlags(int argc, const char* const* argv) {
-  ParseResult result;
-  Config& config = result.config;
-  CLI::App app{
-      "mergewatchd: per-device block I/O request sizes, latencies and merges from eBPF,\n"
-      "exported for Prometheus; detects merge collapse (small non-merged dispatch).",
-      "mergewatchd"};
-  app.get_formatter()->column_width(34);
-  std::string log_level = "info";
+namespace {
+
+// The flags given as text, before CheckFlags turns them into Config fields.
+struct RawFlags {
+  std::string log_level = "info", log_format = "logfmt", refresh = "1m";
+  std::string devices_include, devices_exclude = kDefaultDeviceExclude;
+  std::string require_upper = "dm", window = "10s", raise_after = "5s", clear_after = "30s";
+  bool both_device_flags = false;  // --devices.include and --devices.exclude both given
   bool show_version = false;
+};
+
+// --web.*, --path.*: where it serves and what it reads.
+void DefineEndpointFlags(CLI::App& app, Config& config) {
   app.add_option("--web.listen-address", config.listen_addresses,
                  "Address to serve metrics on, host:port: :9863 (every interface), 127.0.0.1:9863, [::1]:9863; "
                  "repeat for several")
@@ -90,14 +93,17 @@ ParseResult ParseFlags(int argc, const char* const* argv) {
   app.add_option("--path.procfs", config.procfs_root,
                  "procfs mount point, for diskstats (the diskstats source reads /sys/block/*/stat where it is hidden)")
       ->capture_default_str();
+}
+
+// --source, --log.*, --bpf.*, --devices.*, --topology.*.
+void DefineRunFlags(CLI::App& app, Config& config, RawFlags& raw) {
   app.add_option("--source", config.source,
                  "Where the evidence comes from: bpf (exit if BPF cannot load), diskstats (no BPF at all: reduced "
                  "evidence), or auto: BPF, else diskstats with the reason in the log and mergewatch_detection_info")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "bpf", "diskstats"}));
-  app.add_option("--log.level", log_level, "Log level: debug, info, warn, error")->capture_default_str();
-  std::string log_format = "logfmt";
-  app.add_option("--log.format", log_format,
+  app.add_option("--log.level", raw.log_level, "Log level: debug, info, warn, error")->capture_default_str();
+  app.add_option("--log.format", raw.log_format,
                  "Log format: logfmt, or json (one JSON object per line, without the journal's priority prefix)")
       ->capture_default_str();
   app.add_option("--bpf.inflight-entries", config.inflight_entries,
@@ -110,33 +116,33 @@ ParseResult ParseFlags(int argc, const char* const* argv) {
                  "one (raw_tp reads each field with bpf_probe_read_kernel, slower)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "tp_btf", "raw_tp"}));
-  std::string devices_include, devices_exclude = kDefaultDeviceExclude;
-  app.add_option("--devices.include", devices_include,
+  app.add_option("--devices.include", raw.devices_include,
                  "Regex (ECMAScript, searched in the kernel name) of the devices to export; only these get series. "
                  "Mutually exclusive with --devices.exclude")
       ->capture_default_str();
-  app.add_option("--devices.exclude", devices_exclude,
+  app.add_option("--devices.exclude", raw.devices_exclude,
                  "Regex (ECMAScript, searched in the kernel name) of the devices that get no series; an excluded "
                  "device still shows as the upper device of a page")
       ->capture_default_str();
-  std::string refresh = "1m";
-  app.add_option("--topology.refresh-interval", refresh,
+  app.add_option("--topology.refresh-interval", raw.refresh,
                  "How often sysfs is rescanned regardless of events, for queue settings (devices added, removed or "
                  "changed are rescanned on their uevent, also on SIGHUP and unknown devices)")
       ->capture_default_str();
+}
 
+// --collapse.*: the detector's policy.
+void DefineCollapseFlags(CLI::App& app, Config& config, RawFlags& raw) {
   CollapsePolicy& policy = config.collapse;
-  std::string require_upper = "dm", window = "10s", raise_after = "5s", clear_after = "30s";
   app.add_option("--collapse.lower-devices", policy.lower_devices,
                  "Regex (POSIX extended) on the kernel names of the disks the detector watches")
       ->capture_default_str();
-  app.add_option("--collapse.require-upper", require_upper,
+  app.add_option("--collapse.require-upper", raw.require_upper,
                  "dm: only disks with a dm device stacked on them; any: dm or md; none: any disk")
       ->capture_default_str();
-  app.add_option("--collapse.window", window, "Sliding window the evidence is computed over")->capture_default_str();
-  app.add_option("--collapse.raise-after", raise_after, "Raise after the pattern held this long")
+  app.add_option("--collapse.window", raw.window, "Sliding window the evidence is computed over")->capture_default_str();
+  app.add_option("--collapse.raise-after", raw.raise_after, "Raise after the pattern held this long")
       ->capture_default_str();
-  app.add_option("--collapse.clear-after", clear_after, "Clear after the disk was healthy this long")
+  app.add_option("--collapse.clear-after", raw.clear_after, "Clear after the disk was healthy this long")
       ->capture_default_str();
   app.add_option("--collapse.min-requests-per-second", policy.min_requests_per_second,
                  "Below this dispatch rate a disk never raises")
@@ -164,7 +170,67 @@ ParseResult ParseFlags(int argc, const char* const* argv) {
                  "(the contiguous runs the missed merges formed)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  app.add_flag("--version", show_version, "Print the version and exit");
+}
+
+// The values no CLI11 check covers; "" or the first thing wrong.
+std::string CheckFlags(const RawFlags& raw, Config& config) {
+  std::string error;
+  ListenAddress unused;
+  CollapsePolicy& policy = config.collapse;
+  if (!ParseLogLevel(raw.log_level, &config.log_level)) {
+    error = "--log.level must be one of debug, info, warn, error, got \"" + raw.log_level + "\"";
+  } else if (!ParseLogFormat(raw.log_format, &config.log_format)) {
+    error = "--log.format must be logfmt or json, got \"" + raw.log_format + "\"";
+  } else if (config.listen_addresses.empty() && !config.systemd_socket) {
+    error = "--web.listen-address: at least one address is needed";
+  } else if (!ParseDuration(raw.refresh, &config.topology_refresh) || config.topology_refresh.count() <= 0) {
+    error = "--topology.refresh-interval must be a duration like 5s or 500ms, got \"" + raw.refresh + "\"";
+  } else if (!ParseUpperRequirement(raw.require_upper, &policy.require_upper)) {
+    error = "--collapse.require-upper must be dm, any or none, got \"" + raw.require_upper + "\"";
+  } else if (!ParseDuration(raw.window, &policy.window) || policy.window.count() <= 0) {
+    error = "--collapse.window must be a positive duration like 10s, got \"" + raw.window + "\"";
+  } else if (!ParseDuration(raw.raise_after, &policy.raise_after)) {
+    error = "--collapse.raise-after must be a duration like 5s, got \"" + raw.raise_after + "\"";
+  } else if (!ParseDuration(raw.clear_after, &policy.clear_after)) {
+    error = "--collapse.clear-after must be a duration like 30s, got \"" + raw.clear_after + "\"";
+  } else if (raw.both_device_flags && !raw.devices_include.empty() && !raw.devices_exclude.empty()) {
+    error = "--devices.include and --devices.exclude are mutually exclusive";
+  } else if (!DeviceFilter::Make(raw.devices_include, raw.devices_include.empty() ? raw.devices_exclude : "",
+                                 &config.devices, &error)) {
+    // error set
+  } else if (!ValidRegex(policy.lower_devices)) {
+    error = "--collapse.lower-devices is not a valid extended regular expression: \"" + policy.lower_devices + "\"";
+  } else if (config.telemetry_path.empty() || config.telemetry_path[0] != '/' || config.telemetry_path == "/") {
+    error = "--web.telemetry-path must start with / and not be / itself, got \"" + config.telemetry_path + "\"";
+  }
+  for (std::string& host : config.allowed_hosts) {
+    for (char& c : host) c = static_cast<char>(tolower(static_cast<unsigned char>(c)));
+    if (error.empty() && (host.empty() || host.find_first_of(" /@") != std::string::npos ||
+                           (host[0] != '[' && host.find(':') != std::string::npos)))
+      error = "--web.allowed-hosts: \"" + host + "\" is not a host name (no port, no scheme; IPv6 in brackets)";
+  }
+  for (const std::string& address : config.listen_addresses) {
+    if (!error.empty()) break;
+    if (!ParseListenAddress(address, &unused, &error)) error = "--web.listen-address: " + error;
+  }
+  return error;
+}
+
+}  // namespace
+
+ParseResult ParseFlags(int argc, const char* const* argv) {
+  ParseResult result;
+  Config& config = result.config;
+  CLI::App app{
+      "mergewatchd: per-device block I/O request sizes, latencies and merges from eBPF,\n"
+      "exported for Prometheus; detects merge collapse (small non-merged dispatch).",
+      "mergewatchd"};
+  app.get_formatter()->column_width(34);
+  RawFlags raw;
+  DefineEndpointFlags(app, config);
+  DefineRunFlags(app, config, raw);
+  DefineCollapseFlags(app, config, raw);
+  app.add_flag("--version", raw.show_version, "Print the version and exit");
   app.add_option("--debug.fail-after-ticks", config.fail_after_ticks)->group("");  // tests only, not in --help
   app.add_option("--debug.bpf-loader-hang", config.bpf_loader_hangs)->group("");  // tests only, not in --help
 
@@ -182,49 +248,12 @@ ParseResult ParseFlags(int argc, const char* const* argv) {
     config.deprecated_flags.push_back(
         "--collapse.min-small-share is deprecated and ignored: the detector compares the requests' size with "
         "what merging would have built (--collapse.min-run-size-ratio), so that 8 and 16 KiB pieces count too");
-  if (show_version) {
+  if (raw.show_version) {
     result.output = VersionReport();
     return result;
   }
-  std::string error;
-  ListenAddress unused;
-  if (!ParseLogLevel(log_level, &config.log_level)) {
-    error = "--log.level must be one of debug, info, warn, error, got \"" + log_level + "\"";
-  } else if (!ParseLogFormat(log_format, &config.log_format)) {
-    error = "--log.format must be logfmt or json, got \"" + log_format + "\"";
-  } else if (config.listen_addresses.empty() && !config.systemd_socket) {
-    error = "--web.listen-address: at least one address is needed";
-  } else if (!ParseDuration(refresh, &config.topology_refresh) || config.topology_refresh.count() <= 0) {
-    error = "--topology.refresh-interval must be a duration like 5s or 500ms, got \"" + refresh + "\"";
-  } else if (!ParseUpperRequirement(require_upper, &policy.require_upper)) {
-    error = "--collapse.require-upper must be dm, any or none, got \"" + require_upper + "\"";
-  } else if (!ParseDuration(window, &policy.window) || policy.window.count() <= 0) {
-    error = "--collapse.window must be a positive duration like 10s, got \"" + window + "\"";
-  } else if (!ParseDuration(raise_after, &policy.raise_after)) {
-    error = "--collapse.raise-after must be a duration like 5s, got \"" + raise_after + "\"";
-  } else if (!ParseDuration(clear_after, &policy.clear_after)) {
-    error = "--collapse.clear-after must be a duration like 30s, got \"" + clear_after + "\"";
-  } else if (app.count("--devices.include") > 0 && app.count("--devices.exclude") > 0 && !devices_include.empty() &&
-             !devices_exclude.empty()) {
-    error = "--devices.include and --devices.exclude are mutually exclusive";
-  } else if (!DeviceFilter::Make(devices_include, devices_include.empty() ? devices_exclude : "", &config.devices,
-                                 &error)) {
-    // error set
-  } else if (!ValidRegex(policy.lower_devices)) {
-    error = "--collapse.lower-devices is not a valid extended regular expression: \"" + policy.lower_devices + "\"";
-  } else if (config.telemetry_path.empty() || config.telemetry_path[0] != '/' || config.telemetry_path == "/") {
-    error = "--web.telemetry-path must start with / and not be / itself, got \"" + config.telemetry_path + "\"";
-  }
-  for (std::string& host : config.allowed_hosts) {
-    for (char& c : host) c = static_cast<char>(tolower(static_cast<unsigned char>(c)));
-    if (error.empty() && (host.empty() || host.find_first_of(" /@") != std::string::npos ||
-                           (host[0] != '[' && host.find(':') != std::string::npos)))
-      error = "--web.allowed-hosts: \"" + host + "\" is not a host name (no port, no scheme; IPv6 in brackets)";
-  }
-  for (const std::string& address : config.listen_addresses) {
-    if (!error.empty()) break;
-    if (!ParseListenAddress(address, &unused, &error)) error = "--web.listen-address: " + error;
-  }
+  raw.both_device_flags = app.count("--devices.include") > 0 && app.count("--devices.exclude") > 0;
+  const std::string error = CheckFlags(raw, config);
   if (!error.empty()) {
     result.exit_code = kExitUsage;
     result.output = "mergewatchd: " + error + "\n";
