@@ -97,10 +97,9 @@ bool AnyDecrease(uint64_t now, uint64_t then) { return now < then; }
 
 }  // namespace
 
-std::vector<CollapseEvent> CollapseDetector::Update(TimePoint now, const Snapshot& snapshot,
-                                                    const Topology& topology) {
+// The snapshot's counts summed per device name (read and write), with the per-pair counts by upper device.
+CollapseDetector::Sample CollapseDetector::SampleOf(TimePoint now, const Snapshot& snapshot, const Topology& topology) {
   Sample sample{now, {}};
-  reduced_ = snapshot.reduced;
   // Data of a device's predecessor at the same major:minor (older diskseq) is not its own.
   // A native NVMe multipath path disk's requests count under its head namespace.
   // A path disk that has just left sysfs counts under its head until its keys are retired.
@@ -140,37 +139,38 @@ std::vector<CollapseEvent> CollapseDetector::Update(TimePoint now, const Snapsho
     t.back_merges += stats.back_merges;
     t.merges += stats.back_merges + stats.front_merges;
   }
+  return sample;
+}
+
+void CollapseDetector::RestartWindowsOnReset(const Sample& sample) {
   // A counter that went down (a multipath path disk removed from its head's sums, a device
   // re-created, the BPF maps reloaded): the device's window restarts here. Every older sample
   // takes the new values, so no window spans the reset: the deltas are 0 until new I/O comes,
   // never a lifetime total taken as one window.
-  if (!samples_.empty()) {
-    const Sample& previous = samples_.back();
-    for (const auto& [name, totals] : sample.devices) {
-      auto it = previous.devices.find(name);
-      if (it == previous.devices.end()) continue;
-      const Totals& was = it->second;
-      bool reset = AnyDecrease(totals.requests, was.requests) || AnyDecrease(totals.bios, was.bios) ||
-                   AnyDecrease(totals.missed, was.missed) || AnyDecrease(totals.runs, was.runs) ||
-                   AnyDecrease(totals.merges, was.merges) || AnyDecrease(totals.request_bytes, was.request_bytes);
-      for (const auto& [origin, p] : was.origins) {
-        auto now_it = totals.origins.find(origin);
-        if (now_it == totals.origins.end() || AnyDecrease(now_it->second.requests, p.requests) ||
-            AnyDecrease(now_it->second.missed, p.missed) || AnyDecrease(now_it->second.merges, p.merges))
-          reset = true;
-      }
-      if (!reset) continue;
-      for (Sample& older : samples_) older.devices[name] = totals;
+  if (samples_.empty()) return;
+  const Sample& previous = samples_.back();
+  for (const auto& [name, totals] : sample.devices) {
+    auto it = previous.devices.find(name);
+    if (it == previous.devices.end()) continue;
+    const Totals& was = it->second;
+    bool reset = AnyDecrease(totals.requests, was.requests) || AnyDecrease(totals.bios, was.bios) ||
+                 AnyDecrease(totals.missed, was.missed) || AnyDecrease(totals.runs, was.runs) ||
+                 AnyDecrease(totals.merges, was.merges) || AnyDecrease(totals.request_bytes, was.request_bytes);
+    for (const auto& [origin, p] : was.origins) {
+      auto now_it = totals.origins.find(origin);
+      if (now_it == totals.origins.end() || AnyDecrease(now_it->second.requests, p.requests) ||
+          AnyDecrease(now_it->second.missed, p.missed) || AnyDecrease(now_it->second.merges, p.merges))
+        reset = true;
     }
+    if (!reset) continue;
+    for (Sample& older : samples_) older.devices[name] = totals;
   }
-  samples_.push_back(std::move(sample));
-  // Keep the newest sample at or before the window's start as the base of the deltas.
-  while (samples_.size() > 2 && samples_[1].time <= now - policy_.window) samples_.pop_front();
+}
 
+// Each device's counts over the window: the newest sample less the base (the oldest kept).
+std::map<std::string, CollapseDetector::Totals> CollapseDetector::WindowDeltas() const {
   const Sample& base = samples_.front();
   const Sample& current = samples_.back();
-  const double seconds = std::chrono::duration<double>(current.time - base.time).count();
-
   std::map<std::string, Totals> deltas;
   for (const auto& [name, totals] : current.devices) {
     auto it = base.devices.find(name);
@@ -189,52 +189,70 @@ std::vector<CollapseEvent> CollapseDetector::Update(TimePoint now, const Snapsho
     }
     deltas[name] = std::move(delta);
   }
+  return deltas;
+}
+
+void CollapseDetector::UpdateDisk(const std::string& name, const Totals& delta,
+                                  const std::map<std::string, Totals>& deltas, TimePoint now, double seconds,
+                                  const Topology& topology, std::map<PairKey, DiskState>* next,
+                                  std::vector<CollapseEvent>* events) {
+  const BlockDevice* device = topology.FindByName(name);
+  const Totals& cumulative = samples_.back().devices.at(name);
+  if (device == nullptr || !IsCandidate(*device) || cumulative.requests == 0) return;
+  // One pair per upper device the disk's requests came from (remap chain), decided on that
+  // device's own requests, missed merges, runs and merges.
+  // Requests of an upper device the policy does not accept (md under --collapse.require-upper=dm)
+  // stay in the rest, with no upper label.
+  PairTotals attributed;
+  for (const auto& [origin, p] : delta.origins) {
+    const BlockDevice* upper = topology.FindByName(origin);
+    if (upper == nullptr || !EligibleUpper(*upper)) continue;
+    attributed.requests += p.requests;
+    attributed.request_bytes += p.request_bytes;
+    attributed.missed += p.missed;
+    attributed.runs += p.runs;
+    attributed.run_bytes += p.run_bytes;
+    attributed.merges += p.merges;
+    Step({name, origin}, now, EvaluatePair(origin, p, delta, seconds, deltas), seconds, topology, next, events);
+  }
+  // The rest: requests that came down no remap chain (I/O submitted to the disk or a
+  // partition). Without any remap data at all (no stacked I/O yet, or a source without
+  // remaps) the whole disk, with the upper device guessed from bio sizes.
+  const bool remap_data = !cumulative.origins.empty();
+  Totals rest = delta;
+  rest.origins.clear();
+  rest.requests = Sub(delta.requests, attributed.requests);
+  rest.small_requests = std::min(delta.small_requests, rest.requests);
+  rest.request_bytes = Sub(delta.request_bytes, attributed.request_bytes);
+  rest.missed = Sub(delta.missed, attributed.missed);
+  rest.runs = Sub(delta.runs, attributed.runs);
+  rest.run_bytes = Sub(delta.run_bytes, attributed.run_bytes);
+  rest.merges = Sub(delta.merges, attributed.merges);
+  rest.back_merges = std::min(delta.back_merges, rest.merges);
+  if (remap_data && rest.requests == 0 && !pairs_.count({name, ""})) return;
+  CollapseEvidence e = Evaluate(name, rest, seconds, deltas, topology);
+  if (remap_data) {
+    e.upper.clear();
+    e.upper_mean_bio_bytes = 0;
+    e.upper_request_share = 0;
+  }
+  Step({name, ""}, now, e, seconds, topology, next, events);
+}
+
+std::vector<CollapseEvent> CollapseDetector::Update(TimePoint now, const Snapshot& snapshot,
+                                                    const Topology& topology) {
+  reduced_ = snapshot.reduced;
+  Sample sample = SampleOf(now, snapshot, topology);
+  RestartWindowsOnReset(sample);
+  samples_.push_back(std::move(sample));
+  // Keep the newest sample at or before the window's start as the base of the deltas.
+  while (samples_.size() > 2 && samples_[1].time <= now - policy_.window) samples_.pop_front();
+  const double seconds = std::chrono::duration<double>(samples_.back().time - samples_.front().time).count();
+  const std::map<std::string, Totals> deltas = WindowDeltas();
 
   std::vector<CollapseEvent> events;
   std::map<PairKey, DiskState> next;
-  for (const auto& [name, delta] : deltas) {
-    const BlockDevice* device = topology.FindByName(name);
-    const Totals& cumulative = current.devices.at(name);
-    if (device == nullptr || !IsCandidate(*device) || cumulative.requests == 0) continue;
-    // One pair per upper device the disk's requests came from (remap chain), decided on that
-    // device's own requests, missed merges, runs and merges.
-    // Requests of an upper device the policy does not accept (md under --collapse.require-upper=dm)
-    // stay in the rest, with no upper label.
-    PairTotals attributed;
-    for (const auto& [origin, p] : delta.origins) {
-      const BlockDevice* upper = topology.FindByName(origin);
-      if (upper == nullptr || !EligibleUpper(*upper)) continue;
-      attributed.requests += p.requests;
-      attributed.request_bytes += p.request_bytes;
-      attributed.missed += p.missed;
-      attributed.runs += p.runs;
-      attributed.run_bytes += p.run_bytes;
-      attributed.merges += p.merges;
-      Step({name, origin}, now, EvaluatePair(origin, p, delta, seconds, deltas), seconds, topology, &next, &events);
-    }
-    // The rest: requests that came down no remap chain (I/O submitted to the disk or a
-    // partition). Without any remap data at all (no stacked I/O yet, or a source without
-    // remaps) the whole disk, with the upper device guessed from bio sizes.
-    const bool remap_data = !cumulative.origins.empty();
-    Totals rest = delta;
-    rest.origins.clear();
-    rest.requests = Sub(delta.requests, attributed.requests);
-    rest.small_requests = std::min(delta.small_requests, rest.requests);
-    rest.request_bytes = Sub(delta.request_bytes, attributed.request_bytes);
-    rest.missed = Sub(delta.missed, attributed.missed);
-    rest.runs = Sub(delta.runs, attributed.runs);
-    rest.run_bytes = Sub(delta.run_bytes, attributed.run_bytes);
-    rest.merges = Sub(delta.merges, attributed.merges);
-    rest.back_merges = std::min(delta.back_merges, rest.merges);
-    if (remap_data && rest.requests == 0 && !pairs_.count({name, ""})) continue;
-    CollapseEvidence e = Evaluate(name, rest, seconds, deltas, topology);
-    if (remap_data) {
-      e.upper.clear();
-      e.upper_mean_bio_bytes = 0;
-      e.upper_request_share = 0;
-    }
-    Step({name, ""}, now, e, seconds, topology, &next, &events);
-  }
+  for (const auto& [name, delta] : deltas) UpdateDisk(name, delta, deltas, now, seconds, topology, &next, &events);
   // A pair that disappeared takes its state with it: nothing stays raised for a ghost.
   for (const auto& [key, state] : pairs_) {
     if (state.raised && !next.count(key))

@@ -168,6 +168,15 @@ class CollapseDetector {
     Diagnosis diagnosis;  // filled while condition or raised
   };
 
+  static Sample SampleOf(TimePoint now, const Snapshot& snapshot, const Topology& topology);
+  // A counter that went down (a multipath path disk removed from its head's sums, a device re-created, the
+  // BPF maps reloaded) restarts that device's window at `sample`.
+  void RestartWindowsOnReset(const Sample& sample);
+  std::map<std::string, Totals> WindowDeltas() const;
+  // One disk's pairs (per upper device) and its rest, evaluated and stepped.
+  void UpdateDisk(const std::string& name, const Totals& delta, const std::map<std::string, Totals>& deltas,
+                  TimePoint now, double seconds, const Topology& topology, std::map<PairKey, DiskState>* next,
+                  std::vector<CollapseEvent>* events);
   bool IsCandidate(const BlockDevice& device) const;
   bool EligibleUpper(const BlockDevice& device) const;
   CollapseEvidence Evaluate(const std::string& disk, const Totals& delta, double seconds,
