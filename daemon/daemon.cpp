@@ -87,7 +87,7 @@ bool MakeHttpOptions(const Config& config, HttpOptions* http, std::string* error
 
 // BPF at start, unless --source=diskstats: *status says what detection runs on. Returns an exit
 // code when the daemon must stop (--source=bpf and BPF cannot load), else kExitOk.
-int StartEvidence(const Config& config, SourceChoice choice, EvidenceSources* sources, SourceStatus* status) {
+int StartEvidence(SourceChoice choice, EvidenceSources* sources, SourceStatus* status) {
   if (choice == SourceChoice::kDiskstats) {
     *status = DiskstatsStatus("--source=diskstats");
     LogInfo("--source=diskstats: no BPF; detection runs on diskstats (reduced evidence: no per-request sizes, "
@@ -95,22 +95,18 @@ int StartEvidence(const Config& config, SourceChoice choice, EvidenceSources* so
     return kExitOk;
   }
   SdNotify("STATUS=loading BPF programs");
-  ProbeError kind = ProbeError::kNone;
-  std::string error;
+  ProbeFailure failure;
   // Waits for the loader (kLoaderTimeout at most, well inside TimeoutStartSec; systemd's
   // watchdog starts only at READY=1).
-  if (sources->LoadAtStart(MonotonicNow(), &kind, &error)) {
+  if (sources->LoadAtStart(MonotonicNow(), &failure)) {
     LogInfo("attached " + std::to_string(sources->bpf()->attached_count()) + " BPF programs using " +
             sources->bpf()->mode());
     return kExitOk;
   }
-  if (choice == SourceChoice::kBpf) return Fail(error, ExitCodeFor(kind));
+  if (choice == SourceChoice::kBpf) return Fail(failure.message, ExitCodeFor(failure.kind));
   // --source=auto: a dark host is worse than reduced evidence, but never a silent downgrade.
-  // Only a verifier refusal is lockdown's doing: a missing capability is refused first, and says so.
-  if (kind == ProbeError::kLoad && LockdownMode(config.sysfs_root) == "confidentiality")
-    error = "kernel lockdown=confidentiality (BPF may not read kernel memory): " + error;
-  *status = DiskstatsStatus(error);
-  LogWarn("BPF cannot run: " + error + ". Detection runs on diskstats instead (reduced evidence: no "
+  *status = DiskstatsStatus(failure.message);
+  LogWarn("BPF cannot run: " + failure.message + ". Detection runs on diskstats instead (reduced evidence: no "
           "per-request sizes, missed merges, latencies or remap origins; see mergewatch_detection_info); " +
           sources->RetryPlan());
   return kExitOk;
@@ -121,6 +117,7 @@ ProbeOptions LoaderOptions(const Config& config) {
   options.btf_path = config.btf_path;
   options.inflight_entries = config.inflight_entries;
   options.program_type = config.program_type;
+  options.sysfs_root = config.sysfs_root;
   return options;
 }
 
@@ -184,7 +181,7 @@ int RunDaemon(const Config& config) {
   ParseSourceChoice(config.source, &choice);  // ParseFlags refused any other value
   EvidenceSources sources(LoaderOptions(config), config.bpf_loader_hangs, config.topology_refresh);
   SourceStatus source_status;
-  if (const int code = StartEvidence(config, choice, &sources, &source_status); code != kExitOk) return code;
+  if (const int code = StartEvidence(choice, &sources, &source_status); code != kExitOk) return code;
   std::shared_ptr<SnapshotSource> first_source = sources.bpf();
   if (!first_source) first_source = std::make_shared<DiskstatsSource>(config.procfs_root, config.sysfs_root);
   ActiveSource active(first_source, source_status);

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <fstream>
 #include <mutex>
 
 #include "log.h"
@@ -129,31 +130,21 @@ std::pair<std::string, std::string> SplitSection(const char* section) {
   return {s.substr(0, slash), s.substr(slash + 1)};
 }
 
-LoadReply Failure(ProbeError kind, std::string error) {
+LoadReply Failure(ProbeError kind, std::string error, int error_number = 0) {
   LoadReply reply;
   reply.kind = kind;
   reply.error = std::move(error);
+  reply.error_number = error_number;
   return reply;
 }
 
-// The active lockdown mode line of securityfs ("none integrity [confidentiality]"); empty if
-// securityfs is not mounted or the kernel has no lockdown LSM.
-std::string ReadLockdown() {
-  std::string text;
-  if (FILE* f = fopen("/sys/kernel/security/lockdown", "re")) {
-    char line[256] = {};
-    if (fgets(line, sizeof(line), f) != nullptr) text = line;
-    fclose(f);
-  }
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-  return text;
-}
+bool CanPass(int error_number) { return error_number == ENOMEM || error_number == EBUSY; }
 
-LoadReply LockdownFailure(const std::string& lockdown, const std::string& details) {
+LoadReply LockdownFailure(const std::string& sysfs_root, const std::string& details) {
   return Failure(ProbeError::kLockdown,
                  "kernel lockdown (confidentiality) refuses BPF reads: the kernel refuses bpf_probe_read_kernel to "
-                 "every BPF program, and mergewatch's programs need it (/sys/kernel/security/lockdown: " +
-                     (lockdown.empty() ? std::string("not readable") : lockdown) + ")" + details);
+                 "every BPF program, and mergewatch's programs need it (" + sysfs_root +
+                     "/kernel/security/lockdown: confidentiality)" + details);
 }
 
 // The whole load, as it ran in-process before the loader child existed. Runs in the child:
@@ -177,9 +168,10 @@ LoadReply LoadHere(const ProbeOptions& options) {
                    "CAP_SYS_RESOURCE; before 5.8 CAP_SYS_ADMIN is needed");
   }
 
-  const std::string lockdown = ReadLockdown();
+  const bool confidentiality = LockdownMode(options.sysfs_root) == "confidentiality";
   std::string failures;
   std::string causes;  // one line: "tp_btf: <strerror>; raw_tp: <strerror>"
+  int failed_errno = 0;  // the last mode's, or one that can pass (ENOMEM, EBUSY) where a mode had one
   for (const char* mode : {"tp_btf", "raw_tp"}) {
     if (options.program_type != "auto" && options.program_type != mode) continue;
     LIBBPF_OPTS(bpf_object_open_opts, open_opts);
@@ -191,8 +183,11 @@ LoadReply LoadHere(const ProbeOptions& options) {
     // module's types.
     open_opts.btf_custom_path = options.btf_path.c_str();
     mergewatch_bpf* skel = mergewatch_bpf__open_opts(&open_opts);
-    if (skel == nullptr)
-      return Failure(ProbeError::kLoad, std::string("cannot open the BPF object: ") + strerror(errno) + LibbpfTail());
+    if (skel == nullptr) {
+      const int cause = errno;
+      return Failure(ProbeError::kLoad, std::string("cannot open the BPF object: ") + strerror(cause) + LibbpfTail(),
+                     cause);
+    }
     const uint32_t slot_bits = InflightSlotBits(options.inflight_entries);
     skel->rodata->inflight_slot_bits = slot_bits;
     bpf_map__set_max_entries(skel->maps.inflight, 1u << slot_bits);
@@ -228,12 +223,14 @@ LoadReply LoadHere(const ProbeOptions& options) {
     if (err != 0) {
       mergewatch_bpf__destroy(skel);
       if (err == -EPERM) {
-        if (LockdownRefusesBpfReads(lockdown, "")) return LockdownFailure(lockdown, LibbpfTail());
+        if (confidentiality) return LockdownFailure(options.sysfs_root, LibbpfTail());
         return Failure(ProbeError::kNoPrivilege,
                        std::string("the kernel refused BPF (") + strerror(-err) +
                            "): run as root or with CAP_BPF and CAP_PERFMON; check kernel.unprivileged_bpf_disabled "
-                           "and lockdown" + LibbpfTail());
+                           "and lockdown" + LibbpfTail(),
+                       EPERM);
       }
+      if (!CanPass(failed_errno)) failed_errno = -err;
       failures += std::string("\n") + mode + ": " + strerror(-err) + LibbpfTail();
       causes += std::string(causes.empty() ? "" : "; ") + mode + ": " + strerror(-err);
       LogInfo(std::string("loading the ") + mode + " programs failed (" + strerror(-err) + "), trying the next mode");
@@ -257,11 +254,12 @@ LoadReply LoadHere(const ProbeOptions& options) {
       if (tracepoint != "block_bio_queue") {  // that one is attached on demand: SetBioQueueTracing
         struct bpf_link* link = bpf_program__attach(prog);
         if (link == nullptr) {
-          std::string why = strerror(errno);
+          const int cause = errno;
+          std::string why = strerror(cause);
           for (const char* required : kRequiredTracepoints) {
             if (tracepoint == required)
               return Failure(ProbeError::kLoad,
-                             "cannot attach to " + tracepoint + " (" + prog_mode + "): " + why + LibbpfTail());
+                             "cannot attach to " + tracepoint + " (" + prog_mode + "): " + why + LibbpfTail(), cause);
           }
           LogWarn("cannot attach to " + tracepoint + " (" + prog_mode + "): " + why);
         } else {
@@ -272,18 +270,19 @@ LoadReply LoadHere(const ProbeOptions& options) {
     }
     return reply;
   }
-  if (LockdownRefusesBpfReads(lockdown, failures)) return LockdownFailure(lockdown, failures);
+  if (confidentiality) return LockdownFailure(options.sysfs_root, failures);
   // The first line names each mode's cause: mergewatch_detection_info's reason label keeps only that line.
-  return Failure(ProbeError::kLoad, (options.program_type == "auto"
-                                         ? std::string("the BPF programs did not load in any mode (")
-                                         : "the BPF programs did not load as " + options.program_type + " (") +
-                                        causes + "):" + failures);
+  return Failure(ProbeError::kLoad,
+                 (options.program_type == "auto" ? std::string("the BPF programs did not load in any mode (")
+                                                 : "the BPF programs did not load as " + options.program_type + " (") +
+                     causes + "):" + failures,
+                 failed_errno);
 }
 
-// ---- wire format: "MWL1", then fields; integers little-endian u32, strings u32 length + bytes,
+// ---- wire format: "MWL2", then fields; integers little-endian u32, strings u32 length + bytes,
 // descriptors as u32 indices into the SCM_RIGHTS array (0xffffffff: none).
 
-constexpr char kMagic[4] = {'M', 'W', 'L', '1'};
+constexpr char kMagic[4] = {'M', 'W', 'L', '2'};  // 2: an error carries its errno
 constexpr uint32_t kNoFd = 0xffffffffu;
 // Bounds a reply to what one SOCK_SEQPACKET message carries (the default socket buffer is ~208 KiB).
 constexpr size_t kMaxErrorBytes = 64 * 1024;
@@ -369,6 +368,8 @@ int LoadAndAnswer(int sock, const ProbeOptions& options) {
     LoadReply reply;
     try {
       reply = LoadHere(options);
+    } catch (const std::bad_alloc& e) {
+      reply = Failure(ProbeError::kLoad, std::string("the BPF loader failed: ") + e.what(), ENOMEM);
     } catch (const std::exception& e) {
       reply = Failure(ProbeError::kLoad, std::string("the BPF loader failed: ") + e.what());
     }
@@ -483,11 +484,20 @@ VariantPlan ChooseVariants(const std::string& mode, const KernelFeatures& featur
   return plan;
 }
 
-bool LockdownRefusesBpfReads(const std::string& lockdown, const std::string& load_log) {
-  if (lockdown.find("[confidentiality]") != std::string::npos) return true;
-  // securityfs not mounted (lockdown unknown): the verifier's refusal of the read helpers.
-  return lockdown.empty() && (load_log.find("unknown func bpf_probe_read_kernel") != std::string::npos ||
-                              load_log.find("unknown func bpf_probe_read_compat") != std::string::npos);
+std::string LockdownMode(const std::string& sysfs_root) {
+  std::ifstream in(sysfs_root + "/kernel/security/lockdown");
+  std::string text;
+  if (!std::getline(in, text)) return "";
+  const size_t open = text.find('['), close = text.find(']');
+  return open != std::string::npos && close != std::string::npos && close > open
+             ? text.substr(open + 1, close - open - 1)
+             : "";
+}
+
+bool BpfFailureCanPass(const ProbeFailure& failure) {
+  // A loader that did not answer in time may answer next time (a verifier slowed by a loaded host).
+  if (failure.kind == ProbeError::kTimeout) return true;
+  return failure.kind == ProbeError::kLoad && CanPass(failure.error_number);
 }
 
 void CloseReplyFds(LoadReply* reply) {
@@ -510,6 +520,7 @@ std::string EncodeLoadReply(const LoadReply& reply, std::vector<int>* fds) {
   if (reply.kind != ProbeError::kNone) {
     const std::string& e = reply.error;
     PutString(&out, e.size() > kMaxErrorBytes ? e.substr(0, kMaxErrorBytes) + "..." : e);
+    PutU32(&out, static_cast<uint32_t>(reply.error_number));
     return out;
   }
   PutString(&out, reply.mode);
@@ -558,6 +569,9 @@ bool DecodeLoadReply(const std::string& bytes, const std::vector<int>& fds, Load
   out.kind = static_cast<ProbeError>(kind);
   if (out.kind != ProbeError::kNone) {
     if (!in.String(&out.error, kMaxErrorBytes + 3) || out.error.empty()) return bad("error without text");
+    uint32_t error_number = 0;
+    if (!in.U32(&error_number) || error_number > 4095) return bad("error without an errno");
+    out.error_number = static_cast<int>(error_number);
     if (!fds.empty() || !in.AtEnd()) return bad("an error with descriptors or trailing bytes");
     *reply = std::move(out);
     return true;
@@ -588,12 +602,16 @@ bool DecodeLoadReply(const std::string& bytes, const std::vector<int>& fds, Load
   return true;
 }
 
-std::string DescribeLoaderExit(int status, bool killed_by_us) {
-  std::string text = DescribeWaitStatus(status);
+int LoaderExitErrno(int status, bool killed_by_us) {
   // A memory cgroup at its limit may OOM-kill the process whose map allocation went over it, the
   // loader, instead of failing the allocation: the same cause as ENOMEM, which can pass, so
   // --source=auto tries again once the limit is raised.
-  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && !killed_by_us)
+  return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && !killed_by_us ? ENOMEM : 0;
+}
+
+std::string DescribeLoaderExit(int status, bool killed_by_us) {
+  std::string text = DescribeWaitStatus(status);
+  if (LoaderExitErrno(status, killed_by_us) == ENOMEM)
     text += " (not by mergewatchd: the OOM killer does that when a memory cgroup is at its limit; " +
             std::string(strerror(ENOMEM)) + ")";
   return text;
@@ -645,9 +663,9 @@ bool ParseUnsigned(const char* text, unsigned long long max, unsigned long long*
 
 int RunLoaderMode(int argc, const char* const* argv) {
   // argv: mergewatchd --internal.bpf-loader PARENT_PID BTF_PATH INFLIGHT_ENTRIES PROGRAM_TYPE LOG_LEVEL
-  //       LOG_FORMAT HANG; the socket at descriptor 3.
+  //       LOG_FORMAT HANG SYSFS_ROOT; the socket at descriptor 3.
   unsigned long long parent = 0, entries = 0, level = 0, format = 0, hang = 0;
-  if (argc != 9 || !ParseUnsigned(argv[2], 1u << 30, &parent) || !ParseUnsigned(argv[4], 1u << 31, &entries) ||
+  if (argc != 10 || !ParseUnsigned(argv[2], 1u << 30, &parent) || !ParseUnsigned(argv[4], 1u << 31, &entries) ||
       !ParseUnsigned(argv[6], static_cast<int>(LogLevel::kError), &level) ||
       !ParseUnsigned(argv[7], static_cast<int>(LogFormat::kJson), &format) || !ParseUnsigned(argv[8], 1, &hang)) {
     fprintf(stderr, "%s: mergewatchd starts this mode itself; it is not for use by hand\n", kLoaderModeFlag);
@@ -666,6 +684,7 @@ int RunLoaderMode(int argc, const char* const* argv) {
   options.inflight_entries = static_cast<uint32_t>(entries);
   options.program_type = argv[5];
   options.loader_hangs = hang != 0;
+  options.sysfs_root = argv[9];
   return LoadAndAnswer(kLoaderSocketFd, options);
 }
 
@@ -676,7 +695,9 @@ std::unique_ptr<LoaderProcess> LoaderProcess::Start(const ProbeOptions& options,
   libbpf_set_print(LibbpfPrint);
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
-    process->result_ = Failure(ProbeError::kLoad, std::string("cannot create the BPF loader's socket: ") + strerror(errno));
+    const int cause = errno;
+    process->result_ =
+        Failure(ProbeError::kLoad, std::string("cannot create the BPF loader's socket: ") + strerror(cause), cause);
     return process;
   }
   const std::string parent = std::to_string(getpid());
@@ -686,7 +707,7 @@ std::unique_ptr<LoaderProcess> LoaderProcess::Start(const ProbeOptions& options,
   const std::string exe = LoaderExecutable();
   const char* argv[] = {exe.c_str(),     kLoaderModeFlag, parent.c_str(), options.btf_path.c_str(),
                         entries.c_str(), options.program_type.c_str(), level.c_str(), format.c_str(),
-                        options.loader_hangs ? "1" : "0", nullptr};
+                        options.loader_hangs ? "1" : "0", options.sysfs_root.c_str(), nullptr};
   posix_spawn_file_actions_t actions;
   posix_spawnattr_t attr;
   posix_spawn_file_actions_init(&actions);
@@ -719,7 +740,8 @@ std::unique_ptr<LoaderProcess> LoaderProcess::Start(const ProbeOptions& options,
   if (sv[1] >= 0) close(sv[1]);
   if (err != 0) {
     close(sv[0]);
-    process->result_ = Failure(ProbeError::kLoad, "cannot start the BPF loader process (" + exe + "): " + strerror(err));
+    process->result_ =
+        Failure(ProbeError::kLoad, "cannot start the BPF loader process (" + exe + "): " + strerror(err), err);
     return process;
   }
   process->pid_ = pid;
@@ -769,8 +791,9 @@ LoadReply LoaderProcess::Finish(bool give_up) {
                                              ") did not answer within " + std::to_string(bound) +
                                              " s and was killed (a load takes about a second)");
   }
-  return Failure(ProbeError::kLoad, "the BPF loader process (pid " + std::to_string(pid) + ") " + exit_text +
-                                        (why.empty() ? "" : ": " + why));
+  return Failure(ProbeError::kLoad,
+                 "the BPF loader process (pid " + std::to_string(pid) + ") " + exit_text + (why.empty() ? "" : ": " + why),
+                 reaped == pid ? LoaderExitErrno(status, give_up) : 0);
 }
 
 LoadReply LoadInChild(const ProbeOptions& options) {

@@ -31,6 +31,7 @@ struct ProbeOptions {
   std::string btf_path = "/sys/kernel/btf/vmlinux";
   uint32_t inflight_entries = MW_DEFAULT_INFLIGHT_ENTRIES;
   std::string program_type = "auto";  // auto, tp_btf or raw_tp (--bpf.program-type)
+  std::string sysfs_root = "/sys";     // --path.sysfs: where the kernel's lockdown file is read
   // Tests only (--debug.bpf-loader-hang): the loader process sleeps instead of loading, until the
   // daemon gives up on it at kLoaderTimeout.
   bool loader_hangs = false;
@@ -42,11 +43,23 @@ struct ProbeOptions {
 // within kLoaderTimeout and was killed (never sent by a loader: the daemon decides it).
 enum class ProbeError { kNone, kNoBtf, kNoPrivilege, kLoad, kLockdown, kTimeout };
 
-// Does this failed load come from confidentiality lockdown? `lockdown` is the text of
-// /sys/kernel/security/lockdown ("none integrity [confidentiality]": the bracketed mode is
-// active; empty when securityfs is not mounted), `load_log` what libbpf and the verifier said.
-// The verifier's sign is the helper it no longer knows: "unknown func bpf_probe_read_kernel".
-bool LockdownRefusesBpfReads(const std::string& lockdown, const std::string& load_log);
+// A failed load: why (kind), the errno behind it where one was (0 otherwise), what to tell the operator.
+struct ProbeFailure {
+  ProbeError kind = ProbeError::kNone;
+  int error_number = 0;
+  std::string message;
+};
+
+// Whether a failed BPF load may succeed later by itself: a loader that did not answer in time, memory
+// (ENOMEM: a memlock or cgroup limit, a full kernel, the OOM killer) or a busy resource (EBUSY). Never a
+// missing privilege, lockdown, missing BTF or a program the verifier refuses: those need an operator.
+bool BpfFailureCanPass(const ProbeFailure& failure);
+
+// The kernel's lockdown mode from <sysfs_root>/kernel/security/lockdown ("none [integrity] confidentiality"
+// -> "integrity"); "" where the file is absent (no lockdown LSM, securityfs not mounted). Under
+// "confidentiality" the verifier refuses our programs (EINVAL on 6.1: the kernel-read helpers are withheld),
+// which the load error alone does not say: the loader reads it once and calls that failure kLockdown.
+std::string LockdownMode(const std::string& sysfs_root);
 
 // What the loader learns about the running kernel from its BTF (pure data, so the choice of
 // program variants below can be tested with a made-up kernel).
@@ -96,7 +109,8 @@ struct LoadedProgram {
 // What the loader child answers: an error, or every descriptor the daemon needs afterwards.
 struct LoadReply {
   ProbeError kind = ProbeError::kNone;
-  std::string error;  // set when kind != kNone; then there are no descriptors
+  std::string error;      // set when kind != kNone; then there are no descriptors
+  int error_number = 0;   // the errno behind the failure, where one was
   std::string mode;
   int dev_stats_fd = -1;
   int origin_stats_fd = -1;
@@ -120,8 +134,11 @@ bool DecodeLoadReply(const std::string& bytes, const std::vector<int>& fds, Load
 // The loader child's wait status in words: "exited with status 3", "was killed by signal 11 (Segmentation fault)".
 std::string DescribeWaitStatus(int status);
 // The same, for the failure message: a SIGKILL the daemon did not send (killed_by_us false) is the
-// OOM killer's, said with strerror(ENOMEM) so that BpfFailureCanPass() takes it for the memory cause.
+// OOM killer's, and says so.
 std::string DescribeLoaderExit(int status, bool killed_by_us);
+// The errno a loader's end stands for: ENOMEM for the OOM killer's SIGKILL (the memory cause, which can
+// pass: BpfFailureCanPass), else 0.
+int LoaderExitErrno(int status, bool killed_by_us);
 
 // The most descriptors one reply may carry (the kernel's SCM_MAX_FD).
 constexpr size_t kMaxReplyFds = 253;

@@ -15,15 +15,13 @@
 
 namespace mergewatch {
 
-std::unique_ptr<BpfProbes> BpfProbes::Load(const ProbeOptions& options, ProbeError* error_kind,
-                                           std::string* error) {
-  return FromReply(LoadInChild(options), error_kind, error);
+std::unique_ptr<BpfProbes> BpfProbes::Load(const ProbeOptions& options, ProbeFailure* failure) {
+  return FromReply(LoadInChild(options), failure);
 }
 
-std::unique_ptr<BpfProbes> BpfProbes::FromReply(LoadReply reply, ProbeError* error_kind, std::string* error) {
+std::unique_ptr<BpfProbes> BpfProbes::FromReply(LoadReply reply, ProbeFailure* failure) {
   if (reply.kind != ProbeError::kNone) {
-    *error_kind = reply.kind;
-    *error = reply.error;
+    *failure = ProbeFailure{reply.kind, reply.error_number, reply.error};
     return nullptr;
   }
   return std::unique_ptr<BpfProbes>(new BpfProbes(std::move(reply)));

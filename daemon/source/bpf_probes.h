@@ -25,10 +25,9 @@ struct ProgramCost {
 
 class BpfProbes final : public SnapshotSource {
  public:
-  static std::unique_ptr<BpfProbes> Load(const ProbeOptions& options, ProbeError* error_kind,
-                                         std::string* error);
-  // The probes of a loader's reply (LoaderProcess::Finish), or null with its error.
-  static std::unique_ptr<BpfProbes> FromReply(LoadReply reply, ProbeError* error_kind, std::string* error);
+  static std::unique_ptr<BpfProbes> Load(const ProbeOptions& options, ProbeFailure* failure);
+  // The probes of a loader's reply (LoaderProcess::Finish), or null with its failure.
+  static std::unique_ptr<BpfProbes> FromReply(LoadReply reply, ProbeFailure* failure);
   ~BpfProbes() override;
   BpfProbes(const BpfProbes&) = delete;
   BpfProbes& operator=(const BpfProbes&) = delete;

@@ -3,13 +3,12 @@
 
 #include <algorithm>
 
-#include "source/source.h"
 
 namespace mergewatch {
 
-bool BpfRetrySchedule::Failed(TimePoint now, ProbeError kind, const std::string& error) {
-  const bool timed_out = kind == ProbeError::kTimeout;
-  planned_ = timed_out || BpfFailureCanPass(kind, error);
+bool BpfRetrySchedule::Failed(TimePoint now, const ProbeFailure& failure) {
+  const bool timed_out = failure.kind == ProbeError::kTimeout;
+  planned_ = BpfFailureCanPass(failure);
   if (!planned_) return false;
   timeouts_in_a_row_ = timed_out ? timeouts_in_a_row_ + 1 : 0;
   delay_ = interval_;

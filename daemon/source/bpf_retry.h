@@ -22,7 +22,7 @@ class BpfRetrySchedule {
   // A load failed at `now`. Plans the next try if the cause can pass (BpfFailureCanPass, or
   // kTimeout): after the interval, doubled for each timeout in a row (up to kMaxBpfRetryDelay).
   // Returns whether a try is planned.
-  bool Failed(TimePoint now, ProbeError kind, const std::string& error);
+  bool Failed(TimePoint now, const ProbeFailure& failure);
   // A load succeeded: nothing is planned, and the timeouts are forgotten.
   void Succeeded();
   bool planned() const { return planned_; }

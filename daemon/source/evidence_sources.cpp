@@ -36,10 +36,10 @@ void EvidenceSources::Publish(std::shared_ptr<BpfProbes> probes) {
   std::atomic_store(&published_, std::move(probes));
 }
 
-bool EvidenceSources::LoadAtStart(TimePoint now, ProbeError* kind, std::string* error) {
-  std::shared_ptr<BpfProbes> probes = BpfProbes::Load(NextLoadOptions(), kind, error);
+bool EvidenceSources::LoadAtStart(TimePoint now, ProbeFailure* failure) {
+  std::shared_ptr<BpfProbes> probes = BpfProbes::Load(NextLoadOptions(), failure);
   if (!probes) {
-    retry_.Failed(now, *kind, *error);
+    retry_.Failed(now, *failure);
     return false;
   }
   Publish(std::move(probes));
@@ -68,14 +68,13 @@ void EvidenceSources::OnLoaderReady(bool readable, TimePoint now, const Topology
   const bool give_up = !readable && now >= loading_->deadline();
   if (!readable && !give_up && loading_->fd() >= 0) return;
   std::unique_ptr<LoaderProcess> loading = std::move(loading_);
-  ProbeError kind = ProbeError::kNone;
-  std::string error;
-  std::shared_ptr<BpfProbes> probes = BpfProbes::FromReply(loading->Finish(give_up), &kind, &error);
+  ProbeFailure failure;
+  std::shared_ptr<BpfProbes> probes = BpfProbes::FromReply(loading->Finish(give_up), &failure);
   loading.reset();
   if (!probes) {
-    retry_.Failed(now, kind, error);
-    LogWarn("BPF still cannot run (" + error + "): detection stays on diskstats; " + RetryPlan());
-    if (active_ != nullptr) active_->SetStatus(DiskstatsStatus(error));
+    retry_.Failed(now, failure);
+    LogWarn("BPF still cannot run (" + failure.message + "): detection stays on diskstats; " + RetryPlan());
+    if (active_ != nullptr) active_->SetStatus(DiskstatsStatus(failure.message));
     return;
   }
   TraceBioLevelWhereNeeded(topology, probes.get());

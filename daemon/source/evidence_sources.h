@@ -25,9 +25,9 @@ class EvidenceSources {
   EvidenceSources(ProbeOptions options, uint32_t hanging_loads, Duration retry_interval);
   ~EvidenceSources();
 
-  // The load at start: waits for the loader (kLoaderTimeout at most). False with the failure's kind
-  // and reason; then a retry is planned if the cause can pass.
-  bool LoadAtStart(TimePoint now, ProbeError* kind, std::string* error);
+  // The load at start: waits for the loader (kLoaderTimeout at most). False with the failure; then a
+  // retry is planned if the cause can pass.
+  bool LoadAtStart(TimePoint now, ProbeFailure* failure);
   // What to say in the log of the retry plan: "BPF is tried again in 60 s", or why not.
   std::string RetryPlan() const;
   // The source detection reads, made once LoadAtStart has run; the object must outlive its use.

@@ -47,26 +47,6 @@ prometheus::MetricFamily DetectionInfoFamily(const SourceStatus& status) {
   return family;
 }
 
-std::string LockdownMode(const std::string& sysfs_root) {
-  std::ifstream in(sysfs_root + "/kernel/security/lockdown");
-  std::string text;
-  if (!std::getline(in, text)) return "";
-  const size_t open = text.find('['), close = text.find(']');
-  return open != std::string::npos && close != std::string::npos && close > open
-             ? text.substr(open + 1, close - open - 1)
-             : "";
-}
-
-bool BpfFailureCanPass(ProbeError kind, const std::string& message) {
-  // A loader that did not answer in time may answer next time (a verifier slowed by a loaded host).
-  if (kind == ProbeError::kTimeout) return true;
-  // kNoPrivilege is EPERM from bpf() or no capability; lockdown refuses with EPERM too.
-  if (kind != ProbeError::kLoad) return false;
-  if (message.find("lockdown") != std::string::npos) return false;
-  // The loader reports errno through strerror() (bpf_loader.cpp): match those words.
-  return message.find(strerror(ENOMEM)) != std::string::npos || message.find(strerror(EBUSY)) != std::string::npos;
-}
-
 ActiveSource::ActiveSource(std::shared_ptr<SnapshotSource> source, SourceStatus status)
     : source_(std::move(source)), status_(std::move(status)) {}
 

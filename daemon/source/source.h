@@ -48,16 +48,6 @@ prometheus::MetricFamily DetectionInfoFamily(const SourceStatus& status);
 // Pure; the diskstats source's status passes unchanged.
 SourceStatus WithProgramEvidence(SourceStatus status, const std::vector<ProgramStatus>& programs);
 
-// Whether a failed BPF load may succeed later by itself: memory (ENOMEM, a memlock or cgroup
-// limit, a full kernel) or a busy resource (EBUSY). Never a missing privilege (EPERM), lockdown,
-// missing BTF or a program the kernel's verifier refuses: those need an operator.
-bool BpfFailureCanPass(ProbeError kind, const std::string& message);
-
-// The kernel's lockdown mode from <sysfs_root>/kernel/security/lockdown ("none [integrity] confidentiality"
-// -> "integrity"); "" where the file is absent (no lockdown LSM, securityfs not mounted). Under
-// "confidentiality" the verifier refuses our programs (EINVAL on 6.1: the kernel-read helpers are withheld),
-// which the load error alone does not say.
-std::string LockdownMode(const std::string& sysfs_root);
 
 // The source the daemon reads now. Read/Forget go to the current one; Switch replaces it (the
 // BPF retry succeeded) while scrapes run. Thread-safe. A multipath head's counters never go

@@ -11,7 +11,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -63,11 +67,12 @@ TEST(LoadReply, RoundTripGivesEveryReceivedDescriptorItsRole) {
   EXPECT_EQ(got.programs[2].link_fd, 108);
 }
 
-TEST(LoadReply, ErrorsKeepTheirKindAndText) {
+TEST(LoadReply, ErrorsKeepTheirKindTextAndErrno) {
   for (ProbeError kind : {ProbeError::kNoBtf, ProbeError::kNoPrivilege, ProbeError::kLoad}) {
     LoadReply failed;
     failed.kind = kind;
     failed.error = "not privileged to load BPF: run as root\n  libbpf: tail";
+    failed.error_number = kind == ProbeError::kLoad ? ENOMEM : 0;
     std::vector<int> sent;
     const std::string bytes = EncodeLoadReply(failed, &sent);
     EXPECT_TRUE(sent.empty());
@@ -76,6 +81,7 @@ TEST(LoadReply, ErrorsKeepTheirKindAndText) {
     ASSERT_TRUE(DecodeLoadReply(bytes, {}, &got, &error)) << error;
     EXPECT_EQ(got.kind, kind);
     EXPECT_EQ(got.error, failed.error);
+    EXPECT_EQ(got.error_number, failed.error_number);
   }
 }
 
@@ -159,13 +165,28 @@ TEST(DescribeWaitStatus, SaysHowTheLoaderEnded) {
 }
 
 TEST(DescribeLoaderExit, AnOomKilledLoaderIsTheMemoryCauseThatCanPass) {
-  const std::string oom = "the BPF loader process (pid 7) " + DescribeLoaderExit(SIGKILL, false);
-  EXPECT_TRUE(BpfFailureCanPass(ProbeError::kLoad, oom)) << oom;
+  EXPECT_EQ(LoaderExitErrno(SIGKILL, false), ENOMEM);
+  EXPECT_NE(DescribeLoaderExit(SIGKILL, false).find("OOM killer"), std::string::npos);
+  EXPECT_TRUE(BpfFailureCanPass({ProbeError::kLoad, LoaderExitErrno(SIGKILL, false), "killed"}));
   // Killed by us at the loader's timeout, or crashed: not a cause that passes by itself.
   EXPECT_EQ(DescribeLoaderExit(SIGKILL, true), "was killed by signal 9 (Killed)");
-  EXPECT_FALSE(BpfFailureCanPass(ProbeError::kLoad, DescribeLoaderExit(SIGKILL, true)));
-  EXPECT_FALSE(BpfFailureCanPass(ProbeError::kLoad, DescribeLoaderExit(SIGSEGV, false)));
-  EXPECT_FALSE(BpfFailureCanPass(ProbeError::kLoad, DescribeLoaderExit(3 << 8, false)));
+  EXPECT_EQ(LoaderExitErrno(SIGKILL, true), 0);
+  EXPECT_EQ(LoaderExitErrno(SIGSEGV, false), 0);
+  EXPECT_EQ(LoaderExitErrno(3 << 8, false), 0);
+}
+
+// Decided by the kind and the errno, never by the message's words.
+TEST(BpfFailureCanPass, OnlyMemoryBusyAndTimeoutNeverPrivilegeLockdownOrBtf) {
+  EXPECT_TRUE(BpfFailureCanPass({ProbeError::kLoad, ENOMEM, "tp_btf: out of memory"}));
+  EXPECT_TRUE(BpfFailureCanPass({ProbeError::kLoad, EBUSY, "cannot attach"}));
+  EXPECT_TRUE(BpfFailureCanPass({ProbeError::kTimeout, 0, "no answer"}));
+  EXPECT_FALSE(BpfFailureCanPass({ProbeError::kNoPrivilege, EPERM, "refused"}));
+  EXPECT_FALSE(BpfFailureCanPass({ProbeError::kNoPrivilege, ENOMEM, "refused"}));
+  EXPECT_FALSE(BpfFailureCanPass({ProbeError::kNoBtf, ENOMEM, "no BTF"}));
+  EXPECT_FALSE(BpfFailureCanPass({ProbeError::kLockdown, ENOMEM, "lockdown"}));
+  EXPECT_FALSE(BpfFailureCanPass({ProbeError::kLoad, EINVAL, "the BPF programs did not load in any mode"}));
+  // The words alone say nothing: a message naming ENOMEM's text with another errno does not pass.
+  EXPECT_FALSE(BpfFailureCanPass({ProbeError::kLoad, EINVAL, strerror(ENOMEM)}));
 }
 
 TEST(InflightSlotBits, RoundsUpToAPowerOfTwo) {
@@ -285,14 +306,6 @@ TEST(ReadKernelFeatures, TheHostKernelHasTheNewLayoutAndTheTaskHelper) {
   EXPECT_FALSE(ReadKernelFeatures("/dev/null", &f, &error));
 }
 
-TEST(LockdownRefusesBpfReads, TheActiveModeOrTheVerifiersRefusalWithoutSecurityfs) {
-  EXPECT_TRUE(LockdownRefusesBpfReads("none integrity [confidentiality]", ""));
-  EXPECT_FALSE(LockdownRefusesBpfReads("none [integrity] confidentiality", "unknown func bpf_probe_read_kernel#113"));
-  EXPECT_FALSE(LockdownRefusesBpfReads("[none] integrity confidentiality", "unknown func bpf_probe_read_kernel#113"));
-  EXPECT_TRUE(LockdownRefusesBpfReads("", "R1 ...\nunknown func bpf_probe_read_kernel#113\nprocessed 40 insns"));
-  EXPECT_FALSE(LockdownRefusesBpfReads("", "invalid func unknown#158"));
-  EXPECT_FALSE(LockdownRefusesBpfReads("", ""));
-}
 
 TEST(LoadReply, ALockdownErrorKeepsItsKind) {
   LoadReply failed;
@@ -304,6 +317,20 @@ TEST(LoadReply, ALockdownErrorKeepsItsKind) {
   ASSERT_TRUE(DecodeLoadReply(EncodeLoadReply(failed, &sent), {}, &got, &error)) << error;
   EXPECT_EQ(got.kind, ProbeError::kLockdown);
   EXPECT_EQ(got.error, failed.error);
+}
+
+TEST(LockdownMode, TheBracketedWordOrNothing) {
+  char tmpl[] = "/tmp/mw-lockdown-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string root = tmpl;
+  EXPECT_EQ(LockdownMode(root), "");  // no securityfs
+  ASSERT_EQ(mkdir((root + "/kernel").c_str(), 0755), 0);
+  ASSERT_EQ(mkdir((root + "/kernel/security").c_str(), 0755), 0);
+  std::ofstream(root + "/kernel/security/lockdown") << "none integrity [confidentiality]\n";
+  EXPECT_EQ(LockdownMode(root), "confidentiality");
+  std::ofstream(root + "/kernel/security/lockdown") << "garbage]x[\n";
+  EXPECT_EQ(LockdownMode(root), "");
+  std::system(("rm -rf " + root).c_str());
 }
 
 }  // namespace

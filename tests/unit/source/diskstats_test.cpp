@@ -261,16 +261,6 @@ TEST(WithProgramEvidence, BlindWhenAProgramTheDetectorNeedsIsNotAttached) {
   EXPECT_EQ(WithProgramEvidence(SourceStatus{}, {}).evidence, "full");
 }
 
-TEST(BpfFailureCanPass, OnlyMemoryAndBusyNeverPrivilegeLockdownOrBtf) {
-  EXPECT_TRUE(BpfFailureCanPass(ProbeError::kLoad, std::string("tp_btf: ") + strerror(ENOMEM)));
-  EXPECT_TRUE(BpfFailureCanPass(ProbeError::kLoad, std::string("cannot attach: ") + strerror(EBUSY)));
-  EXPECT_FALSE(BpfFailureCanPass(ProbeError::kNoPrivilege, std::string("refused: ") + strerror(EPERM)));
-  EXPECT_FALSE(BpfFailureCanPass(ProbeError::kNoPrivilege, strerror(ENOMEM)));
-  EXPECT_FALSE(BpfFailureCanPass(ProbeError::kNoBtf, strerror(ENOMEM)));
-  EXPECT_FALSE(BpfFailureCanPass(ProbeError::kLoad, std::string("lockdown: ") + strerror(ENOMEM)));
-  EXPECT_FALSE(BpfFailureCanPass(ProbeError::kLoad, "the BPF programs did not load in any mode: Invalid argument"));
-}
-
 TEST(ParseSourceChoice, TheThreeValuesOnly) {
   SourceChoice c;
   EXPECT_TRUE(ParseSourceChoice("auto", &c) && c == SourceChoice::kAuto);
@@ -278,24 +268,6 @@ TEST(ParseSourceChoice, TheThreeValuesOnly) {
   EXPECT_TRUE(ParseSourceChoice("diskstats", &c) && c == SourceChoice::kDiskstats);
   EXPECT_FALSE(ParseSourceChoice("Diskstats", &c));
   EXPECT_FALSE(ParseSourceChoice("", &c));
-}
-
-}  // namespace
-
-namespace {
-
-TEST(LockdownMode, TheBracketedWordOrNothing) {
-  char tmpl[] = "/tmp/mw-lockdown-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string root = tmpl;
-  EXPECT_EQ(mergewatch::LockdownMode(root), "");  // no securityfs
-  ASSERT_EQ(mkdir((root + "/kernel").c_str(), 0755), 0);
-  ASSERT_EQ(mkdir((root + "/kernel/security").c_str(), 0755), 0);
-  std::ofstream(root + "/kernel/security/lockdown") << "none integrity [confidentiality]\n";
-  EXPECT_EQ(mergewatch::LockdownMode(root), "confidentiality");
-  std::ofstream(root + "/kernel/security/lockdown") << "garbage]x[\n";
-  EXPECT_EQ(mergewatch::LockdownMode(root), "");
-  std::system(("rm -rf " + root).c_str());
 }
 
 }  // namespace
