@@ -61,6 +61,7 @@ namespace {
 // The flags given as text, before CheckFlags turns them into Config fields.
 struct RawFlags {
   std::string log_level = "info", log_format = "logfmt", refresh = "1m";
+  std::string source = "auto", program_type = "auto";  // CLI11's IsMember admits only the enums' names
   std::string devices_include, devices_exclude = kDefaultDeviceExclude;
   std::string require_upper = "dm", window = "10s", raise_after = "5s", clear_after = "30s";
   bool both_device_flags = false;  // --devices.include and --devices.exclude both given
@@ -97,7 +98,7 @@ void DefineEndpointFlags(CLI::App& app, Config& config) {
 
 // --source, --log.*, --bpf.*, --devices.*, --topology.*.
 void DefineRunFlags(CLI::App& app, Config& config, RawFlags& raw) {
-  app.add_option("--source", config.source,
+  app.add_option("--source", raw.source,
                  "Where the evidence comes from: bpf (exit if BPF cannot load), diskstats (no BPF at all: reduced "
                  "evidence), or auto: BPF, else diskstats with the reason in the log and mergewatch_detection_info")
       ->capture_default_str()
@@ -111,7 +112,7 @@ void DefineRunFlags(CLI::App& app, Config& config, RawFlags& raw) {
                  "counted as dropped")
       ->capture_default_str()
       ->check(CLI::Range(64u, 1u << 22));
-  app.add_option("--bpf.program-type", config.program_type,
+  app.add_option("--bpf.program-type", raw.program_type,
                  "auto: tp_btf, falling back to raw_tp where the kernel refuses it; tp_btf or raw_tp: only that "
                  "one (raw_tp reads each field with bpf_probe_read_kernel, slower)")
       ->capture_default_str()
@@ -177,7 +178,11 @@ std::string CheckFlags(const RawFlags& raw, Config& config) {
   std::string error;
   ListenAddress unused;
   CollapsePolicy& policy = config.collapse;
-  if (!ParseLogLevel(raw.log_level, &config.log_level)) {
+  if (!ParseSourceChoice(raw.source, &config.source)) {
+    error = "--source must be auto, bpf or diskstats, got \"" + raw.source + "\"";
+  } else if (!ParseProgramType(raw.program_type, &config.program_type)) {
+    error = "--bpf.program-type must be auto, tp_btf or raw_tp, got \"" + raw.program_type + "\"";
+  } else if (!ParseLogLevel(raw.log_level, &config.log_level)) {
     error = "--log.level must be one of debug, info, warn, error, got \"" + raw.log_level + "\"";
   } else if (!ParseLogFormat(raw.log_format, &config.log_format)) {
     error = "--log.format must be logfmt or json, got \"" + raw.log_format + "\"";

@@ -11,6 +11,8 @@
 #include "detector/detector.h"
 #include "log.h"
 #include "metrics/device_filter.h"
+#include "source/bpf_loader.h"
+#include "source/source.h"
 #include "mergewatch/abi.h"
 
 namespace mergewatch {
@@ -26,11 +28,11 @@ struct Config {
   std::string sysfs_root = "/sys";
   std::string btf_path = "/sys/kernel/btf/vmlinux";
   std::string procfs_root = "/proc";
-  std::string source = "auto";  // --source: auto, bpf or diskstats (source/source.h)
+  SourceChoice source = SourceChoice::kAuto;  // --source
   LogLevel log_level = LogLevel::kInfo;
   LogFormat log_format = LogFormat::kLogfmt;
   uint32_t inflight_entries = MW_DEFAULT_INFLIGHT_ENTRIES;
-  std::string program_type = "auto";  // auto (tp_btf, else raw_tp), tp_btf or raw_tp
+  ProgramType program_type = ProgramType::kAuto;  // --bpf.program-type
   // A safety net: device add/remove/change arrive as uevents; what has none (queue/ settings
   // written by an admin) shows within this.
   Duration topology_refresh = std::chrono::minutes(1);

@@ -177,8 +177,7 @@ int RunDaemon(const Config& config) {
     return Fail("cannot listen on " + error, kExitListen);
   const std::string listen_names = listeners.Names();
 
-  SourceChoice choice = SourceChoice::kAuto;
-  ParseSourceChoice(config.source, &choice);  // ParseFlags refused any other value
+  const SourceChoice choice = config.source;
   EvidenceSources sources(LoaderOptions(config), config.bpf_loader_hangs, config.topology_refresh);
   SourceStatus source_status;
   if (const int code = StartEvidence(choice, &sources, &source_status); code != kExitOk) return code;

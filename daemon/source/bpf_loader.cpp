@@ -130,6 +130,29 @@ std::pair<std::string, std::string> SplitSection(const char* section) {
   return {s.substr(0, slash), s.substr(slash + 1)};
 }
 
+}  // namespace
+
+const char* ProgramTypeName(ProgramType type) {
+  switch (type) {
+    case ProgramType::kTpBtf: return "tp_btf";
+    case ProgramType::kRawTp: return "raw_tp";
+    case ProgramType::kAuto: break;
+  }
+  return "auto";
+}
+
+bool ParseProgramType(const std::string& text, ProgramType* out) {
+  for (ProgramType t : {ProgramType::kAuto, ProgramType::kTpBtf, ProgramType::kRawTp}) {
+    if (text == ProgramTypeName(t)) {
+      *out = t;
+      return true;
+    }
+  }
+  return false;
+}
+
+namespace {
+
 LoadReply Failure(ProbeError kind, std::string error, int error_number = 0) {
   LoadReply reply;
   reply.kind = kind;
@@ -173,7 +196,8 @@ LoadReply LoadHere(const ProbeOptions& options) {
   std::string causes;  // one line: "tp_btf: <strerror>; raw_tp: <strerror>"
   int failed_errno = 0;  // the last mode's, or one that can pass (ENOMEM, EBUSY) where a mode had one
   for (const char* mode : {"tp_btf", "raw_tp"}) {
-    if (options.program_type != "auto" && options.program_type != mode) continue;
+    const std::string pinned = ProgramTypeName(options.program_type);
+    if (options.program_type != ProgramType::kAuto && pinned != mode) continue;
     LIBBPF_OPTS(bpf_object_open_opts, open_opts);
     // Always named, the default too: a CO-RE type absent from the kernel's BTF (core_fixes.bpf.h's
     // hd_struct___old on 5.11+) sends libbpf looking through the modules' BTF, which needs
@@ -197,7 +221,7 @@ LoadReply LoadHere(const ProbeOptions& options) {
     bpf_object__for_each_program(prog, skel->obj)
         programs.push_back(ProgramId{bpf_program__name(prog), bpf_program__section_name(prog)});
     const VariantPlan plan = ChooseVariants(mode, features, programs);
-    if (std::string(mode) == "tp_btf" || options.program_type == "raw_tp") {  // said once, not per mode
+    if (std::string(mode) == "tp_btf" || options.program_type == ProgramType::kRawTp) {  // said once, not per mode
       for (const std::string& tp : plan.missing) LogWarn("kernel has no tracepoint " + tp + "; not attached");
       for (const std::string& why : plan.unknown_layout) LogWarn("not attached: " + why);
       if (!plan.old_layout.empty()) {
@@ -273,8 +297,9 @@ LoadReply LoadHere(const ProbeOptions& options) {
   if (confidentiality) return LockdownFailure(options.sysfs_root, failures);
   // The first line names each mode's cause: mergewatch_detection_info's reason label keeps only that line.
   return Failure(ProbeError::kLoad,
-                 (options.program_type == "auto" ? std::string("the BPF programs did not load in any mode (")
-                                                 : "the BPF programs did not load as " + options.program_type + " (") +
+                 (options.program_type == ProgramType::kAuto
+                      ? std::string("the BPF programs did not load in any mode (")
+                      : std::string("the BPF programs did not load as ") + ProgramTypeName(options.program_type) + " (") +
                      causes + "):" + failures,
                  failed_errno);
 }
@@ -682,7 +707,10 @@ int RunLoaderMode(int argc, const char* const* argv) {
   ProbeOptions options;
   options.btf_path = argv[3];
   options.inflight_entries = static_cast<uint32_t>(entries);
-  options.program_type = argv[5];
+  if (!ParseProgramType(argv[5], &options.program_type)) {
+    fprintf(stderr, "%s: unknown program type %s\n", kLoaderModeFlag, argv[5]);
+    return kLoaderUsageExit;
+  }
   options.loader_hangs = hang != 0;
   options.sysfs_root = argv[9];
   return LoadAndAnswer(kLoaderSocketFd, options);
@@ -706,7 +734,7 @@ std::unique_ptr<LoaderProcess> LoaderProcess::Start(const ProbeOptions& options,
   const std::string format = std::to_string(static_cast<int>(CurrentLogFormat()));
   const std::string exe = LoaderExecutable();
   const char* argv[] = {exe.c_str(),     kLoaderModeFlag, parent.c_str(), options.btf_path.c_str(),
-                        entries.c_str(), options.program_type.c_str(), level.c_str(), format.c_str(),
+                        entries.c_str(), ProgramTypeName(options.program_type), level.c_str(), format.c_str(),
                         options.loader_hangs ? "1" : "0", options.sysfs_root.c_str(), nullptr};
   posix_spawn_file_actions_t actions;
   posix_spawnattr_t attr;

@@ -27,10 +27,15 @@
 
 namespace mergewatch {
 
+// --bpf.program-type: auto (tp_btf, falling back to raw_tp), or only one of them.
+enum class ProgramType { kAuto, kTpBtf, kRawTp };
+const char* ProgramTypeName(ProgramType type);  // "auto", "tp_btf", "raw_tp"
+bool ParseProgramType(const std::string& text, ProgramType* out);
+
 struct ProbeOptions {
   std::string btf_path = "/sys/kernel/btf/vmlinux";
   uint32_t inflight_entries = MW_DEFAULT_INFLIGHT_ENTRIES;
-  std::string program_type = "auto";  // auto, tp_btf or raw_tp (--bpf.program-type)
+  ProgramType program_type = ProgramType::kAuto;
   std::string sysfs_root = "/sys";     // --path.sysfs: where the kernel's lockdown file is read
   // Tests only (--debug.bpf-loader-hang): the loader process sleeps instead of loading, until the
   // daemon gives up on it at kLoaderTimeout.

@@ -27,16 +27,23 @@ TEST(ParseFlags, DefaultsRun) {
   EXPECT_FALSE(r.config.disable_exporter_metrics);
   EXPECT_EQ(r.config.telemetry_path, "/metrics");
   EXPECT_EQ(r.config.sysfs_root, "/sys");
-  EXPECT_EQ(r.config.program_type, "auto");
+  EXPECT_EQ(r.config.program_type, ProgramType::kAuto);
+  EXPECT_EQ(r.config.source, SourceChoice::kAuto);
   EXPECT_EQ(r.config.inflight_entries, 65536u);  // README and mergewatch_bpf_inflight_capacity say so
 }
 
 TEST(ParseFlags, ProgramTypeCanBePinned) {
-  for (const char* type : {"auto", "tp_btf", "raw_tp"}) {
-    const std::string flag = std::string("--bpf.program-type=") + type;
+  for (ProgramType type : {ProgramType::kAuto, ProgramType::kTpBtf, ProgramType::kRawTp}) {
+    const std::string flag = std::string("--bpf.program-type=") + ProgramTypeName(type);
     ParseResult r = Parse({flag.c_str()});
     ASSERT_TRUE(r.run) << r.output;
     EXPECT_EQ(r.config.program_type, type);
+  }
+  EXPECT_FALSE(Parse({"--bpf.program-type=kprobe"}).run);
+  for (SourceChoice choice : {SourceChoice::kBpf, SourceChoice::kDiskstats}) {
+    ParseResult r = Parse({choice == SourceChoice::kBpf ? "--source=bpf" : "--source=diskstats"});
+    ASSERT_TRUE(r.run) << r.output;
+    EXPECT_EQ(r.config.source, choice);
   }
 }
 
