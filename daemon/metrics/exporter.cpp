@@ -100,63 +100,49 @@ ClientMetric::Histogram Log2Histogram(const __u64* slots, size_t slot_count, uin
   return histogram;
 }
 
-std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNamer& namer,
-                                              const DaemonStatus& status) {
-  // (device, op label) -> summed stats; std::map keeps the output order stable.
-  std::map<std::pair<std::string, std::string>, mw_dev_stats> by_label;
-  std::map<std::pair<uint32_t, uint32_t>, bool> unresolved;
-  ScrapeNames names(namer);
-  // A path disk that has just left sysfs counts under its head until its keys are retired.
-  const auto name_of = [&names, &snapshot](uint32_t major, uint32_t minor, uint64_t diskseq) {
-    std::optional<std::string> name = names.Of(major, minor, diskseq);
-    if (name) return name;
-    const DiskKey* head = HeadOfDepartedPath(snapshot, major, minor, diskseq);
-    return head == nullptr ? name : names.Of(head->major, head->minor, head->diskseq);
-  };
-  for (const auto& [key, stats] : snapshot.stats) {
-    std::optional<std::string> name = name_of(key.major, key.minor, key.diskseq);
-    if (!name) {
-      unresolved[{key.major, key.minor}] = true;
-      continue;
-    }
-    auto [it, inserted] = by_label.try_emplace({*name, OpLabel(key.op)}, mw_dev_stats{});
-    AccumulateStats(stats, &it->second);
-  }
+namespace {
 
-  MetricFamily size = Family(metric_names::kRequestSizeBytes,
+// The per-device families: one series per (device, op) each, built from the summed stats.
+struct DeviceFamilies {
+  MetricFamily size, latency, queue_latency, bio_size, merges, missed, missed_runs, missed_run_bytes, latency_lost;
+};
+
+DeviceFamilies MakeDeviceFamilies(bool reduced) {
+  DeviceFamilies f;
+  f.size = Family(metric_names::kRequestSizeBytes,
                              "Size of each request dispatched to the driver (block_rq_issue).",
                              MetricType::Histogram);
-  if (snapshot.reduced)
-    size.help = "Requests completed and their bytes (diskstats: count and sum exact, per-request sizes unseen, so "
+  if (reduced)
+    f.size.help = "Requests completed and their bytes (diskstats: count and sum exact, per-request sizes unseen, so "
                 "only le=\"+Inf\").";
-  MetricFamily latency = Family(metric_names::kRequestLatencySeconds,
+  f.latency = Family(metric_names::kRequestLatencySeconds,
                                 "Device time of each request, from dispatch (block_rq_issue) to its final completion.",
                                 MetricType::Histogram);
-  MetricFamily queue_latency =
+  f.queue_latency =
       Family("mergewatch_request_queue_latency_seconds",
              "Time from scheduler insert (block_rq_insert) to dispatch; only requests that were inserted.",
              MetricType::Histogram);
-  MetricFamily bio_size = Family(metric_names::kBioSizeBytes,
+  f.bio_size = Family(metric_names::kBioSizeBytes,
                                  "Size of each bio a bio-based device (dm, md) received (block_bio_queue).",
                                  MetricType::Histogram);
-  MetricFamily merges = Family(metric_names::kBioMergesTotal,
+  f.merges = Family(metric_names::kBioMergesTotal,
                                "Bios merged into an existing request (block_bio_backmerge/frontmerge).",
                                MetricType::Counter);
-  MetricFamily missed = Family(metric_names::kMissedMergesTotal,
+  f.missed = Family(metric_names::kMissedMergesTotal,
                                "New requests for bios the kernel could have back-merged and did not: contiguous with the "
                                "newest request of the same queue in the submitting task's plug, or with a request in the "
                                "I/O scheduler, and mergeable by the kernel's rules (flags, cgroup, priority, limits).",
                                MetricType::Counter);
-  MetricFamily missed_runs = Family("mergewatch_missed_merge_runs_total",
+  f.missed_runs = Family("mergewatch_missed_merge_runs_total",
                                     "Runs of contiguous mergeable bios (one plug or scheduler queue) that held at "
                                     "least one missed merge: the requests merging would have built.",
                                     MetricType::Counter);
-  MetricFamily missed_run_bytes = Family("mergewatch_missed_merge_run_bytes_total",
+  f.missed_run_bytes = Family("mergewatch_missed_merge_run_bytes_total",
                                          "Bytes of those runs, each capped by the queue limits: divided by "
                                          "mergewatch_missed_merge_runs_total, the request size merging would have built.",
                                          MetricType::Counter);
 
-  MetricFamily latency_lost =
+  f.latency_lost =
       Family("mergewatch_request_latency_lost_total",
              "Requests of mergewatch_request_size_bytes whose latency sample was lost, by reason: inflight_map_full "
              "(no in-flight slot at dispatch), complete_not_seen (dispatched again, or its slot taken over after "
@@ -165,12 +151,20 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
              "the request is next dispatched.",
              MetricType::Counter);
 
+  return f;
+}
+
+// (device, op label) -> summed stats; std::map keeps the output order stable.
+using StatsByLabel = std::map<std::pair<std::string, std::string>, mw_dev_stats>;
+
+void AddDeviceSeries(const StatsByLabel& by_label, bool reduced, DeviceFamilies* f) {
   // Every series is built in place in its family's vector, which never grows past its first
   // allocation; the bounds are the same for every histogram of a kind.
-  for (MetricFamily* f : {&size, &latency, &queue_latency, &bio_size, &missed, &missed_runs, &missed_run_bytes})
-    f->metric.reserve(by_label.size());
-  merges.metric.reserve(2 * by_label.size());
-  latency_lost.metric.reserve(2 * by_label.size());
+  for (MetricFamily* family :
+       {&f->size, &f->latency, &f->queue_latency, &f->bio_size, &f->missed, &f->missed_runs, &f->missed_run_bytes})
+    family->metric.reserve(by_label.size());
+  f->merges.metric.reserve(2 * by_label.size());
+  f->latency_lost.metric.reserve(2 * by_label.size());
   const std::vector<double> size_bounds = Log2Bounds(MW_SIZE_SLOTS, MW_SIZE_MIN_SHIFT, 1.0);
   const std::vector<double> latency_bounds = Log2Bounds(MW_LAT_SLOTS, MW_LAT_MIN_SHIFT, kNanosecondsPerSecond);
   const auto add = [](MetricFamily* family, const std::vector<ClientMetric::Label>& labels) -> ClientMetric& {
@@ -193,47 +187,52 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
     // Reduced evidence (diskstats): count and sum exact under le="+Inf" only, merges without
     // back/front, nothing it cannot see (latency, missed merges, runs; a dm device's own diskstats
     // count its split pieces on 6.1, not the bios it received: no mergewatch_bio_size_bytes).
-    if (snapshot.reduced) {
+    if (reduced) {
       if (issued > 0) {
-        ClientMetric::Histogram& h = add(&size, base).histogram;
+        ClientMetric::Histogram& h = add(&f->size, base).histogram;
         h.sample_count = issued;
         h.sample_sum = static_cast<double>(stats.size_sum_bytes);
         with_kind[2].value = "all";
-        add(&merges, with_kind).counter.value = static_cast<double>(stats.back_merges + stats.front_merges);
+        add(&f->merges, with_kind).counter.value = static_cast<double>(stats.back_merges + stats.front_merges);
       }
       continue;
     }
     // Request-based devices have dispatches; bio-based ones only bios. Emit what the device has.
     if (issued > 0) {
-      FillLog2Histogram(stats.size_slots, size_bounds, stats.size_sum_bytes, 1.0, &add(&size, base).histogram);
+      FillLog2Histogram(stats.size_slots, size_bounds, stats.size_sum_bytes, 1.0, &add(&f->size, base).histogram);
       FillLog2Histogram(stats.latency_slots, latency_bounds, stats.latency_sum_ns, kNanosecondsPerSecond,
-                        &add(&latency, base).histogram);
+                        &add(&f->latency, base).histogram);
       // Only requests that went through block_rq_insert have a queue time: with the none
       // scheduler that is almost none, and 30 empty series per device are not worth a scrape.
       uint64_t queued = 0;
       for (uint64_t v : stats.queue_latency_slots) queued += v;
       if (queued > 0)
         FillLog2Histogram(stats.queue_latency_slots, latency_bounds, stats.queue_latency_sum_ns,
-                          kNanosecondsPerSecond, &add(&queue_latency, base).histogram);
-      add(&missed, base).counter.value = static_cast<double>(stats.missed_merges);
-      add(&missed_runs, base).counter.value = static_cast<double>(stats.missed_merge_runs);
-      add(&missed_run_bytes, base).counter.value = static_cast<double>(stats.missed_merge_run_bytes);
+                          kNanosecondsPerSecond, &add(&f->queue_latency, base).histogram);
+      add(&f->missed, base).counter.value = static_cast<double>(stats.missed_merges);
+      add(&f->missed_runs, base).counter.value = static_cast<double>(stats.missed_merge_runs);
+      add(&f->missed_run_bytes, base).counter.value = static_cast<double>(stats.missed_merge_run_bytes);
       with_reason[2].value = "inflight_map_full";
-      add(&latency_lost, with_reason).counter.value = static_cast<double>(stats.latency_lost_inflight_full);
+      add(&f->latency_lost, with_reason).counter.value = static_cast<double>(stats.latency_lost_inflight_full);
       with_reason[2].value = "complete_not_seen";
-      add(&latency_lost, with_reason).counter.value = static_cast<double>(stats.latency_lost_not_seen);
+      add(&f->latency_lost, with_reason).counter.value = static_cast<double>(stats.latency_lost_not_seen);
     }
     if (issued > 0 || stats.back_merges > 0 || stats.front_merges > 0) {
       with_kind[2].value = "back";
-      add(&merges, with_kind).counter.value = static_cast<double>(stats.back_merges);
+      add(&f->merges, with_kind).counter.value = static_cast<double>(stats.back_merges);
       with_kind[2].value = "front";
-      add(&merges, with_kind).counter.value = static_cast<double>(stats.front_merges);
+      add(&f->merges, with_kind).counter.value = static_cast<double>(stats.front_merges);
     }
     if (bios > 0)
       FillLog2Histogram(stats.bio_size_slots, size_bounds, stats.bio_size_sum_bytes, 1.0,
-                        &add(&bio_size, base).histogram);
+                        &add(&f->bio_size, base).histogram);
   }
 
+}
+
+// mergewatch_remapped_requests_total and _missed_merges_total, by (device, origin, op).
+template <typename NameOf>
+std::vector<MetricFamily> RemapFamilies(const Snapshot& snapshot, ScrapeNames& names, const NameOf& name_of) {
   MetricFamily remapped = Family("mergewatch_remapped_requests_total",
                                  "Requests created at the device for bios first submitted to origin, a device "
                                  "stacked above it (block_bio_remap chain): which dm/md device its requests come from.",
@@ -259,6 +258,15 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
     remapped_missed.metric.push_back(CounterValue(l, static_cast<double>(stats.missed_merges)));
   }
 
+  std::vector<MetricFamily> out;
+  out.push_back(std::move(remapped));
+  out.push_back(std::move(remapped_missed));
+  return out;
+}
+
+// What the daemon says of itself and its programs: build info, attached programs, dropped events,
+// non-I/O requests, the in-flight capacity, devices it could not name.
+std::vector<MetricFamily> DaemonFamilies(const Snapshot& snapshot, const DaemonStatus& status, size_t unresolved) {
   MetricFamily build = Family(metric_names::kBuildInfo, "Version of mergewatchd and the kernel it runs on.",
                               MetricType::Gauge);
   build.metric.push_back(GaugeValue({{"version", status.version}, {"kernel", status.kernel_release}}, 1));
@@ -305,14 +313,51 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
                                           "Devices with BPF data but no entry in sysfs now (removed, or a wrong "
                                           "--path.sysfs); their series are not exported.",
                                           MetricType::Gauge);
-  unresolved_family.metric.push_back(GaugeValue({}, static_cast<double>(unresolved.size())));
+  unresolved_family.metric.push_back(GaugeValue({}, static_cast<double>(unresolved)));
+
+  std::vector<MetricFamily> out;
+  out.reserve(6);
+  for (MetricFamily* f : {&build, &programs, &events, &not_io, &capacity, &unresolved_family})
+    out.push_back(std::move(*f));
+  return out;
+}
+
+}  // namespace
+
+std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNamer& namer,
+                                              const DaemonStatus& status) {
+  StatsByLabel by_label;
+  std::map<std::pair<uint32_t, uint32_t>, bool> unresolved;
+  ScrapeNames names(namer);
+  // A path disk that has just left sysfs counts under its head until its keys are retired.
+  const auto name_of = [&names, &snapshot](uint32_t major, uint32_t minor, uint64_t diskseq) {
+    std::optional<std::string> name = names.Of(major, minor, diskseq);
+    if (name) return name;
+    const DiskKey* head = HeadOfDepartedPath(snapshot, major, minor, diskseq);
+    return head == nullptr ? name : names.Of(head->major, head->minor, head->diskseq);
+  };
+  for (const auto& [key, stats] : snapshot.stats) {
+    std::optional<std::string> name = name_of(key.major, key.minor, key.diskseq);
+    if (!name) {
+      unresolved[{key.major, key.minor}] = true;
+      continue;
+    }
+    auto [it, inserted] = by_label.try_emplace({*name, OpLabel(key.op)}, mw_dev_stats{});
+    AccumulateStats(stats, &it->second);
+  }
+  DeviceFamilies device = MakeDeviceFamilies(snapshot.reduced);
+  AddDeviceSeries(by_label, snapshot.reduced, &device);
+  std::vector<MetricFamily> remap = RemapFamilies(snapshot, names, name_of);
+  std::vector<MetricFamily> own = DaemonFamilies(snapshot, status, unresolved.size());
 
   std::vector<MetricFamily> families;
   families.reserve(18);  // and the collector's scrape errors
-  for (MetricFamily* f : {&size, &latency, &latency_lost, &queue_latency, &bio_size, &merges, &missed, &missed_runs,
-                          &missed_run_bytes, &remapped, &remapped_missed, &build, &programs, &events, &not_io,
-                          &capacity, &unresolved_family})
+  for (MetricFamily* f : {&device.size, &device.latency, &device.latency_lost, &device.queue_latency,
+                          &device.bio_size, &device.merges, &device.missed, &device.missed_runs,
+                          &device.missed_run_bytes})
     families.push_back(std::move(*f));
+  for (MetricFamily& f : remap) families.push_back(std::move(f));
+  for (MetricFamily& f : own) families.push_back(std::move(f));
   return families;
 }
 

@@ -170,19 +170,17 @@ LoadReply LockdownFailure(const std::string& sysfs_root, const std::string& deta
                      "/kernel/security/lockdown: confidentiality)" + details);
 }
 
-// The whole load, as it ran in-process before the loader child existed. Runs in the child:
-// on success the skeleton is left open on purpose (its descriptors are what the child sends;
-// the child's exit closes its copies).
-LoadReply LoadHere(const ProbeOptions& options) {
-  KernelFeatures features;
+// What must hold before any program is opened: the kernel's BTF (read into *features) and the
+// privilege to load. A failure's reply, or kind kNone.
+LoadReply CheckPrerequisites(const ProbeOptions& options, KernelFeatures* features) {
   std::string error;
-  if (access(options.btf_path.c_str(), R_OK) != 0 || !ReadKernelFeatures(options.btf_path, &features, &error)) {
+  if (access(options.btf_path.c_str(), R_OK) != 0 || !ReadKernelFeatures(options.btf_path, features, &error)) {
     if (error.empty()) error = "cannot read kernel BTF from " + options.btf_path + ": " + strerror(errno);
     error.append(". mergewatchd needs a kernel built with CONFIG_DEBUG_INFO_BTF=y (/sys/kernel/btf/vmlinux), "
                  "or --path.btf pointing at the running kernel's BTF");
     return Failure(ProbeError::kNoBtf, error);
   }
-  if (!features.current_task_btf)
+  if (!features->current_task_btf)
     LogInfo("kernel BTF has no bpf_get_current_task_btf (before v5.11): the plug is read with "
             "bpf_get_current_task and bpf_probe_read_kernel");
   if (!HasBpfPrivilege()) {
@@ -190,109 +188,133 @@ LoadReply LoadHere(const ProbeOptions& options) {
                    "not privileged to load BPF: run as root, or grant CAP_BPF, CAP_PERFMON (kernel 5.8+) and "
                    "CAP_SYS_RESOURCE; before 5.8 CAP_SYS_ADMIN is needed");
   }
+  return LoadReply{};
+}
 
+// Opens the object for `mode` with the variants the kernel's tracepoint layouts call for set to load;
+// null with *failure set when it cannot be opened or a required tracepoint's layout is unknown.
+mergewatch_bpf* OpenForMode(const ProbeOptions& options, const KernelFeatures& features, const char* mode,
+                            LoadReply* failure) {
+  LIBBPF_OPTS(bpf_object_open_opts, open_opts);
+  // Always named, the default too: a CO-RE type absent from the kernel's BTF (core_fixes.bpf.h's
+  // hd_struct___old on 5.11+) sends libbpf looking through the modules' BTF, which needs
+  // BPF_BTF_GET_NEXT_ID and so CAP_SYS_ADMIN; Debian 12's libbpf 1.1 fails the whole load on that
+  // EPERM, so the unit (CAP_BPF and CAP_PERFMON only) ran on diskstats. With the vmlinux BTF named,
+  // libbpf relocates against it alone (measured: loads as the unit's user). No program of ours reads a
+  // module's types.
+  open_opts.btf_custom_path = options.btf_path.c_str();
+  mergewatch_bpf* skel = mergewatch_bpf__open_opts(&open_opts);
+  if (skel == nullptr) {
+    const int cause = errno;
+    *failure = Failure(ProbeError::kLoad, std::string("cannot open the BPF object: ") + strerror(cause) + LibbpfTail(),
+                       cause);
+    return nullptr;
+  }
+  const uint32_t slot_bits = InflightSlotBits(options.inflight_entries);
+  skel->rodata->inflight_slot_bits = slot_bits;
+  bpf_map__set_max_entries(skel->maps.inflight, 1u << slot_bits);
+
+  struct bpf_program* prog;
+  std::vector<ProgramId> programs;
+  bpf_object__for_each_program(prog, skel->obj)
+      programs.push_back(ProgramId{bpf_program__name(prog), bpf_program__section_name(prog)});
+  const VariantPlan plan = ChooseVariants(mode, features, programs);
+  if (std::string(mode) == "tp_btf" || options.program_type == ProgramType::kRawTp) {  // said once, not per mode
+    for (const std::string& tp : plan.missing) LogWarn("kernel has no tracepoint " + tp + "; not attached");
+    for (const std::string& why : plan.unknown_layout) LogWarn("not attached: " + why);
+    if (!plan.old_layout.empty()) {
+      std::string list;
+      for (const std::string& tp : plan.old_layout) list += (list.empty() ? "" : ", ") + tp;
+      LogInfo("tracepoints with the request_queue argument first (the layout before v5.11): " + list);
+    }
+  }
+  for (const char* required : kRequiredTracepoints) {
+    for (const std::string& why : plan.unknown_layout) {
+      if (why.compare(0, strlen(required) + 1, std::string(required) + " ") == 0) {
+        mergewatch_bpf__destroy(skel);
+        *failure = Failure(ProbeError::kLoad, "unknown argument layout of a required tracepoint: " + why);
+        return nullptr;
+      }
+    }
+  }
+  bpf_object__for_each_program(prog, skel->obj) {
+    bool wanted = false;
+    for (const std::string& name : plan.load) wanted |= (name == bpf_program__name(prog));
+    bpf_program__set_autoload(prog, wanted);
+  }
+  return skel;
+}
+
+// The reply of a loaded skeleton: its maps' descriptors, and each program attached (block_bio_queue
+// is attached on demand: SetBioQueueTracing). A required tracepoint that does not attach fails it.
+LoadReply AttachLoaded(mergewatch_bpf* skel, const char* mode) {
+  LoadReply reply;
+  reply.mode = mode;
+  reply.dev_stats_fd = bpf_map__fd(skel->maps.dev_stats);
+  reply.origin_stats_fd = bpf_map__fd(skel->maps.origin_stats);
+  reply.event_counts_fd = bpf_map__fd(skel->maps.event_counts);
+  struct bpf_map* map;
+  bpf_object__for_each_map(map, skel->obj) {
+    const int fd = bpf_map__fd(map);
+    if (fd >= 0 && fd != reply.dev_stats_fd && fd != reply.origin_stats_fd && fd != reply.event_counts_fd)
+      reply.other_map_fds.push_back(fd);
+  }
+  struct bpf_program* prog;
+  bpf_object__for_each_program(prog, skel->obj) {
+    if (!bpf_program__autoload(prog)) continue;
+    auto [prog_mode, tracepoint] = SplitSection(bpf_program__section_name(prog));
+    LoadedProgram loaded{tracepoint, prog_mode, bpf_program__fd(prog), -1};
+    if (tracepoint != "block_bio_queue") {
+      struct bpf_link* link = bpf_program__attach(prog);
+      if (link == nullptr) {
+        const int cause = errno;
+        std::string why = strerror(cause);
+        for (const char* required : kRequiredTracepoints) {
+          if (tracepoint == required)
+            return Failure(ProbeError::kLoad,
+                           "cannot attach to " + tracepoint + " (" + prog_mode + "): " + why + LibbpfTail(), cause);
+        }
+        LogWarn("cannot attach to " + tracepoint + " (" + prog_mode + "): " + why);
+      } else {
+        loaded.link_fd = bpf_link__fd(link);
+      }
+    }
+    reply.programs.push_back(loaded);
+  }
+  return reply;
+}
+
+// The whole load, as it ran in-process before the loader child existed: tp_btf, then raw_tp (or the
+// one --bpf.program-type pins). Runs in the child: on success the skeleton is left open on purpose
+// (its descriptors are what the child sends; the child's exit closes its copies).
+LoadReply LoadHere(const ProbeOptions& options) {
+  KernelFeatures features;
+  if (LoadReply failed = CheckPrerequisites(options, &features); failed.kind != ProbeError::kNone) return failed;
   const bool confidentiality = LockdownMode(options.sysfs_root) == "confidentiality";
   std::string failures;
   std::string causes;  // one line: "tp_btf: <strerror>; raw_tp: <strerror>"
   int failed_errno = 0;  // the last mode's, or one that can pass (ENOMEM, EBUSY) where a mode had one
   for (const char* mode : {"tp_btf", "raw_tp"}) {
-    const std::string pinned = ProgramTypeName(options.program_type);
-    if (options.program_type != ProgramType::kAuto && pinned != mode) continue;
-    LIBBPF_OPTS(bpf_object_open_opts, open_opts);
-    // Always named, the default too: a CO-RE type absent from the kernel's BTF (core_fixes.bpf.h's
-    // hd_struct___old on 5.11+) sends libbpf looking through the modules' BTF, which needs
-    // BPF_BTF_GET_NEXT_ID and so CAP_SYS_ADMIN; Debian 12's libbpf 1.1 fails the whole load on that
-    // EPERM, so the unit (CAP_BPF and CAP_PERFMON only) ran on diskstats. With the vmlinux BTF named,
-    // libbpf relocates against it alone (measured: loads as the unit's user). No program of ours reads a
-    // module's types.
-    open_opts.btf_custom_path = options.btf_path.c_str();
-    mergewatch_bpf* skel = mergewatch_bpf__open_opts(&open_opts);
-    if (skel == nullptr) {
-      const int cause = errno;
-      return Failure(ProbeError::kLoad, std::string("cannot open the BPF object: ") + strerror(cause) + LibbpfTail(),
-                     cause);
-    }
-    const uint32_t slot_bits = InflightSlotBits(options.inflight_entries);
-    skel->rodata->inflight_slot_bits = slot_bits;
-    bpf_map__set_max_entries(skel->maps.inflight, 1u << slot_bits);
-
-    struct bpf_program* prog;
-    std::vector<ProgramId> programs;
-    bpf_object__for_each_program(prog, skel->obj)
-        programs.push_back(ProgramId{bpf_program__name(prog), bpf_program__section_name(prog)});
-    const VariantPlan plan = ChooseVariants(mode, features, programs);
-    if (std::string(mode) == "tp_btf" || options.program_type == ProgramType::kRawTp) {  // said once, not per mode
-      for (const std::string& tp : plan.missing) LogWarn("kernel has no tracepoint " + tp + "; not attached");
-      for (const std::string& why : plan.unknown_layout) LogWarn("not attached: " + why);
-      if (!plan.old_layout.empty()) {
-        std::string list;
-        for (const std::string& tp : plan.old_layout) list += (list.empty() ? "" : ", ") + tp;
-        LogInfo("tracepoints with the request_queue argument first (the layout before v5.11): " + list);
-      }
-    }
-    for (const char* required : kRequiredTracepoints) {
-      for (const std::string& why : plan.unknown_layout) {
-        if (why.compare(0, strlen(required) + 1, std::string(required) + " ") == 0) {
-          mergewatch_bpf__destroy(skel);
-          return Failure(ProbeError::kLoad, "unknown argument layout of a required tracepoint: " + why);
-        }
-      }
-    }
-    bpf_object__for_each_program(prog, skel->obj) {
-      bool wanted = false;
-      for (const std::string& name : plan.load) wanted |= (name == bpf_program__name(prog));
-      bpf_program__set_autoload(prog, wanted);
-    }
-    int err = mergewatch_bpf__load(skel);
-    if (err != 0) {
-      mergewatch_bpf__destroy(skel);
-      if (err == -EPERM) {
-        if (confidentiality) return LockdownFailure(options.sysfs_root, LibbpfTail());
-        return Failure(ProbeError::kNoPrivilege,
-                       std::string("the kernel refused BPF (") + strerror(-err) +
-                           "): run as root or with CAP_BPF and CAP_PERFMON; check kernel.unprivileged_bpf_disabled "
-                           "and lockdown" + LibbpfTail(),
-                       EPERM);
-      }
-      if (!CanPass(failed_errno)) failed_errno = -err;
-      failures += std::string("\n") + mode + ": " + strerror(-err) + LibbpfTail();
-      causes += std::string(causes.empty() ? "" : "; ") + mode + ": " + strerror(-err);
-      LogInfo(std::string("loading the ") + mode + " programs failed (" + strerror(-err) + "), trying the next mode");
+    if (options.program_type != ProgramType::kAuto && ProgramTypeName(options.program_type) != std::string(mode))
       continue;
+    LoadReply failure;
+    mergewatch_bpf* skel = OpenForMode(options, features, mode, &failure);
+    if (skel == nullptr) return failure;
+    const int err = mergewatch_bpf__load(skel);
+    if (err == 0) return AttachLoaded(skel, mode);
+    mergewatch_bpf__destroy(skel);
+    if (err == -EPERM) {
+      if (confidentiality) return LockdownFailure(options.sysfs_root, LibbpfTail());
+      return Failure(ProbeError::kNoPrivilege,
+                     std::string("the kernel refused BPF (") + strerror(-err) +
+                         "): run as root or with CAP_BPF and CAP_PERFMON; check kernel.unprivileged_bpf_disabled "
+                         "and lockdown" + LibbpfTail(),
+                     EPERM);
     }
-    LoadReply reply;
-    reply.mode = mode;
-    reply.dev_stats_fd = bpf_map__fd(skel->maps.dev_stats);
-    reply.origin_stats_fd = bpf_map__fd(skel->maps.origin_stats);
-    reply.event_counts_fd = bpf_map__fd(skel->maps.event_counts);
-    struct bpf_map* map;
-    bpf_object__for_each_map(map, skel->obj) {
-      const int fd = bpf_map__fd(map);
-      if (fd >= 0 && fd != reply.dev_stats_fd && fd != reply.origin_stats_fd && fd != reply.event_counts_fd)
-        reply.other_map_fds.push_back(fd);
-    }
-    bpf_object__for_each_program(prog, skel->obj) {
-      if (!bpf_program__autoload(prog)) continue;
-      auto [prog_mode, tracepoint] = SplitSection(bpf_program__section_name(prog));
-      LoadedProgram loaded{tracepoint, prog_mode, bpf_program__fd(prog), -1};
-      if (tracepoint != "block_bio_queue") {  // that one is attached on demand: SetBioQueueTracing
-        struct bpf_link* link = bpf_program__attach(prog);
-        if (link == nullptr) {
-          const int cause = errno;
-          std::string why = strerror(cause);
-          for (const char* required : kRequiredTracepoints) {
-            if (tracepoint == required)
-              return Failure(ProbeError::kLoad,
-                             "cannot attach to " + tracepoint + " (" + prog_mode + "): " + why + LibbpfTail(), cause);
-          }
-          LogWarn("cannot attach to " + tracepoint + " (" + prog_mode + "): " + why);
-        } else {
-          loaded.link_fd = bpf_link__fd(link);
-        }
-      }
-      reply.programs.push_back(loaded);
-    }
-    return reply;
+    if (!CanPass(failed_errno)) failed_errno = -err;
+    failures += std::string("\n") + mode + ": " + strerror(-err) + LibbpfTail();
+    causes += std::string(causes.empty() ? "" : "; ") + mode + ": " + strerror(-err);
+    LogInfo(std::string("loading the ") + mode + " programs failed (" + strerror(-err) + "), trying the next mode");
   }
   if (confidentiality) return LockdownFailure(options.sysfs_root, failures);
   // The first line names each mode's cause: mergewatch_detection_info's reason label keeps only that line.
