@@ -158,7 +158,7 @@ static __always_inline __u64 MW_FN(mw_disk_seq)(struct gendisk *disk)
  * The test is a CO-RE enum relocation against the kernel's BTF (or --path.btf): libbpf
  * writes a constant, the verifier drops the path not taken and never sees the unknown call.
  * Cost where the helper exists: btf_getrq 1054 -> 1064 xlated instructions on 6.18 (the other
- * programs lost 4-10 each with the per-layout variants; README, "Kernels").
+ * programs lost 4-10 each with the per-layout variants; docs/kernels.md, "The matrix").
  */
 static __always_inline struct blk_plug *MW_FN(mw_current_plug)(void)
 {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Process exit codes: each startup failure has its own, documented in the README.
+// Process exit codes: each startup failure has its own, documented in docs/operations.md ("Exit codes").
 #pragma once
 
 namespace mergewatch {

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
-# The README capture of `mergewatch status` during the 2019 incident, as a guest script for the VM harness:
+# The capture of `mergewatch status` in docs/operations.md ("On call") during the 2019 incident, as a guest script for the VM harness:
 #   tests/vm/run-vm.sh --out build/vm/status-capture --script docs/status_capture_vm.sh   (root; about 10 min under TCG)
 # It runs build/mergewatchd and build/mergewatch of the checkout it lives in, and writes
 # status-collapse.txt/.json/.err (the exit status), daemon.log and capture.log to the run dir.

@@ -49,7 +49,7 @@ deb-build:
 	mv $(DEB_DIR)/src/mergewatch*_$(DEB_VERSION)_* $(DEB_DIR)/
 	lintian $(LINTIAN_ARGS) $(DEB) > $(DEB_DIR)/lintian.txt 2>&1; rc=$$?; cat $(DEB_DIR)/lintian.txt; \
 		[ $$rc = 0 ] || { echo 'make deb: lintian found errors or warnings' >&2; exit 1; }
-	@echo 'make deb: $(DEB) (lintian: 0 errors, 0 warnings; the informational tags above are explained in README.md, "Debian package")'
+	@echo 'make deb: $(DEB) (lintian: 0 errors, 0 warnings; the informational tags above are explained in docs/building.md, "Debian package")'
 
 # One source for rules and dashboard: the mixin. std.manifestYamlDoc output is stable, so the
 # committed files can be compared byte for byte with a fresh run.

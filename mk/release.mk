@@ -160,7 +160,7 @@ rpm-build: release-build
 	$(Q)rpmlint -c packaging/rpmlint.toml $(RPMLINT_ARGS) $(RPM_DIR)/SPECS/mergewatch.spec $(RPM) > $(RPM_DIR)/rpmlint.txt 2>&1; rc=$$?; \
 		cat $(RPM_DIR)/rpmlint.txt; [ $$rc = 0 ] || ! grep -q ' E: ' $(RPM_DIR)/rpmlint.txt || \
 		{ echo 'make rpm: rpmlint found errors' >&2; exit 1; }
-	@echo 'make rpm: $(RPM) (rpmlint: no errors; its warnings above are explained in README.md, "RPM package")'
+	@echo 'make rpm: $(RPM) (rpmlint: no errors; its warnings above are explained in docs/building.md, "RPM package")'
 
 # tests/release against the tarball and the RPM (both built first): MERGEWATCH_RELEASE_TARBALL,
 # MERGEWATCH_RELEASE_ROOT (the pristine root) and MERGEWATCH_RELEASE_RPM. As root none may skip

@@ -11,7 +11,7 @@
     // Where docs/runbook.md is served; each alert links to its section (#<alertname in lower case>).
     // It must work where the alert is read (Alertmanager, Grafana, a phone), not on the host: the
     // project's intended public address by default (unchecked from the build host): point it at your
-    // wiki or an internal mirror before deploying (README, "Monitoring mixin and dashboard").
+    // wiki or an internal mirror before deploying (docs/operations.md, "Monitoring mixin and dashboard").
     runbookURL: 'https://github.com/mergewatch/mergewatch/blob/main/docs/runbook.md',
     // Severity of the merge-collapse page and of the other (non-paging) alerts, in the mixin
     // convention (critical, warning, info); deploy/prometheus/alertmanager.example.yml routes on them.
@@ -45,7 +45,7 @@
     queueFindingFor: '10m',
     // Kernel cohorts (cohorts.libsonnet): a kernel release whose hosts' median p99 read latency on one device
     // class is at least cohortLatencyRatio times that of the fastest other kernel cohort of the class, both
-    // with at least cohortMinHosts hosts, for cohortFor. The README's "Kernel cohorts" says why these values.
+    // with at least cohortMinHosts hosts, for cohortFor. docs/operations.md, "Kernel cohorts", says why these values.
     cohortMinHosts: 5,
     cohortLatencyRatio: 3,
     cohortFor: '30m',

@@ -220,7 +220,7 @@ class WebTls:
 
     def checked_get(self, url, user=USER, password=None, timeout=5, tries=6):
         """get(), past the password-check gate: after a failed check the daemon answers 429 with Retry-After
-        (no check run) to the same client for a while (README, "Securing the endpoint"), longer on a loaded host where the
+        (no check run) to the same client for a while (docs/operations.md, "Securing the endpoint"), longer on a loaded host where the
         check's CPU time is longer. A 429 is waited out as it says, and the request sent again."""
         for _ in range(tries):
             status, body, headers = self.get(url, user=user, password=password, timeout=timeout)
@@ -228,7 +228,7 @@ class WebTls:
                 return status, body, headers
             retry_after = headers.get("Retry-After", "")
             assert retry_after.isdigit() and 1 <= int(retry_after) <= 10, headers
-            # Stays a sleep: waiting out Retry-After is what the README asks of a client; the daemon
+            # Stays a sleep: waiting out Retry-After is what docs/operations.md asks of a client; the daemon
             # says how long, and the next try checks whether the gate is open again.
             time.sleep(int(retry_after))
         raise AssertionError(f"still 429 after {tries} tries, each waiting out Retry-After")

@@ -118,7 +118,7 @@ def bpf_maps_of(pid):
 @pytest.mark.privileged
 @pytest.mark.parametrize("entries,slots", [(100, 128), (64, 64), (65537, 131072)])
 def test_inflight_entries_round_up_to_a_power_of_two(daemon_factory, entries, slots):
-    """The README: --bpf.inflight-entries is rounded up to a power of two. The kernel's map, the
+    """docs/operations.md ("Flags"): --bpf.inflight-entries is rounded up to a power of two. The kernel's map, the
     exported capacity and the log agree on the rounded size; a power of two is kept as it is."""
     d = daemon_factory(f"--bpf.inflight-entries={entries}")
     assert bpf_maps_of(d.proc.pid)["inflight"] == slots
@@ -193,7 +193,7 @@ def test_bpf_load_or_attach_failure_exits_6_with_libbpf_lines():
             stages.add("http server")
             continue
         assert proc.returncode == EXIT_BPF_LOAD, (nofile, proc.returncode, stderr)
-        # The README: "the message carries libbpf's last lines" (the reason varies with where the
+        # docs/operations.md ("Exit codes"): "the message carries libbpf's last lines" (the reason varies with where the
         # descriptors ran out: EMFILE, or EINVAL from a feature probe that could not open its map).
         assert "libbpf: " in stderr and ("Too many open files" in stderr or "-22" in stderr), (nofile, stderr)
         stages |= {stage for stage in ("did not load in any mode", "cannot attach to") if stage in stderr}

@@ -4,7 +4,7 @@ by --source=auto when the daemon is stripped of CAP_BPF, CAP_PERFMON and CAP_SYS
 
 Loop devices have no stacking, so as in test_collapse.py the detector is pointed at them with
 --collapse.require-upper=none (upper=""): on this source the collapse is then decided from the disk's
-mean request size, its merge share and the queue's nomerges=2 (README, "Without BPF")."""
+mean request size, its merge share and the queue's nomerges=2 (docs/detector.md, "Without BPF")."""
 import os
 import signal
 import subprocess
@@ -128,7 +128,7 @@ def test_large_sequential_reads_never_page(forced, loop_device):
 
 
 def test_random_4k_reads_with_nomerges_2_page_a_limit_of_the_source(forced, loop_device):
-    """The README's stated limit: without BPF and without an upper device whose I/O is larger,
+    """The stated limit (docs/detector.md, "Without BPF"): without BPF and without an upper device whose I/O is larger,
     small unmerged requests under nomerges=2 look the same whether they were contiguous or not.
     The BPF source stays quiet here (test_collapse.py::test_random_4k_reads_never_raise)."""
     dev = loop_device(size_mb=256)

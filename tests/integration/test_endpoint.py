@@ -17,7 +17,7 @@ import pytest
 
 from conftest import ASAN_DAEMON, DAEMON, free_port
 
-# The README's "Securing the endpoint" names these.
+# docs/operations.md, "Securing the endpoint", names these.
 REQUEST_TIMEOUT_S = 3
 RESPONSE_STALL_TIMEOUT_S = 10
 EXIT_FAILURE, EXIT_LISTEN = 1, 5

@@ -21,7 +21,7 @@ import pytest
 
 from conftest import DAEMON, free_port, parse_samples, rss_kib, status_kib
 
-# HttpLimits in daemon/http/http_server.h and the README's "Securing the endpoint" name these.
+# HttpLimits in daemon/http/http_server.h and docs/operations.md, "Securing the endpoint", name these.
 PER_ADDRESS_CAP, TOTAL_CAP, REQUEST_TIMEOUT_S = 32, 1024, 3
 EXIT_USAGE = 2
 CLK_TCK = os.sysconf("SC_CLK_TCK")

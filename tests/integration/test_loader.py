@@ -56,7 +56,7 @@ def test_the_daemon_never_holds_the_kernel_btf(daemon):
 def test_a_min_core_btf_file_is_refused_with_the_reason(tmp_path):
     """`bpftool gen min_core_btf` keeps only the types the object's CO-RE relocations name: not the
     btf_trace_<tp> typedefs the loader reads the argument layouts from. --path.btf naming one exits 3
-    (no usable BTF) and says what is missing, instead of guessing a layout (README, "Kernels")."""
+    (no usable BTF) and says what is missing, instead of guessing a layout (docs/kernels.md, "BTF from a file")."""
     obj = BPF_OBJECT
     if not os.path.exists(obj) or not os.path.exists(BTF):
         pytest.fail(f"needs {obj} and {BTF}")

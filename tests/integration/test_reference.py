@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The README's reference tables and the man page say what the daemon really has: every flag with its
-default, every metric family it exports."""
+"""The reference tables in docs/ and the man page say what the daemon really has: every flag with its
+default (docs/operations.md, "Flags"), every metric family it exports (docs/metrics.md, "Families"), every exit
+code (docs/operations.md, "Exit codes")."""
 import glob
 import os
 import re
@@ -14,14 +15,20 @@ from test_cli import run
 
 
 
-def readme_section(title):
-    readme = open(os.path.join(REPO, "README.md")).read()
-    return readme.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+OPERATIONS = os.path.join("docs", "operations.md")
+METRICS = os.path.join("docs", "metrics.md")
 
 
-def readme_flags():
-    """{flag: default} from the README's flag table."""
-    table = readme_section("Flags")
+def doc_section(path, title):
+    """The text under `## title` in the Markdown file at path (relative to the repository), to the next `## `."""
+    text = open(os.path.join(REPO, path)).read()
+    assert f"\n## {title}\n" in text, f"{path} has no section '## {title}'"
+    return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def documented_flags():
+    """{flag: default} from the flag table of docs/operations.md."""
+    table = doc_section(OPERATIONS, "Flags")
     flags = {}
     for row in table.splitlines():
         # A `\|` inside a cell (a regex default) is a pipe, not a column.
@@ -45,23 +52,25 @@ def help_flags():
     return shown
 
 
-def test_help_and_readme_list_the_same_flags_and_defaults():
+def test_help_and_the_flag_table_list_the_same_flags_and_defaults():
     shown = help_flags()
-    documented = readme_flags()
-    assert set(shown) == set(documented), "flags in --help but not the README (or the reverse)"
+    documented = documented_flags()
+    assert set(shown) == set(documented), f"flags in --help but not in {OPERATIONS} (or the reverse)"
     for flag, default in documented.items():
-        assert shown[flag] == default, f"{flag}: --help says {shown[flag]!r}, README {default!r}"
+        assert shown[flag] == default, f"{flag}: --help says {shown[flag]!r}, {OPERATIONS} {default!r}"
 
 
-def readme_metrics():
-    return set(re.findall(r"^\| `((?:mergewatch|process)_[a-z_]+)`", readme_section("Metrics"), re.M))
+def documented_metrics():
+    families = set(re.findall(r"^\| `((?:mergewatch|process)_[a-z_]+)`", doc_section(METRICS, "Families"), re.M))
+    assert families, f"no metric table under '## Families' in {METRICS}"
+    return families
 
 
 def test_every_documented_metric_is_in_the_code():
     code = "".join(open(p).read() for ext in ("cpp", "h")
                    for p in glob.glob(os.path.join(REPO, "daemon", "**", "*." + ext), recursive=True))
-    missing = {m for m in readme_metrics() if f'"{m}"' not in code}
-    assert not missing, "documented in the README, exported nowhere"
+    missing = {m for m in documented_metrics() if f'"{m}"' not in code}
+    assert not missing, f"documented in {METRICS}, exported nowhere: {sorted(missing)}"
 
 
 # Families that need a dm or md device stacked on a disk (bios at a bio-based device, the
@@ -84,11 +93,11 @@ def families_with_samples(text):
 
 @pytest.mark.privileged
 def test_every_documented_metric_family_is_exported_live(daemon_factory, loop_device):
-    """Each family in the README's table shows samples in a live scrape, with the setup that makes
+    """Each family in docs/metrics.md's table shows samples in a live scrape, with the setup that makes
     the conditional ones appear: I/O through mq-deadline (queue latency: insert fires), a loop disk
     as a detector candidate (collapse gauges), and a sysfs tree with an LVM stack (device_holder_info;
     the fixture of the 2019 incident, as the daemon sees it through --path.sysfs)."""
-    documented = readme_metrics()
+    documented = documented_metrics()
     d = daemon_factory("--collapse.lower-devices=^loop", "--collapse.require-upper=none")
     dev = loop_device()
     dev.set_queue(scheduler="mq-deadline", nomerges=2)
@@ -98,7 +107,7 @@ def test_every_documented_metric_family_is_exported_live(daemon_factory, loop_de
     # LinkedIn's RAID1 members on none with no elevator loaded: the queue findings.
     hdd = daemon_factory(f"--path.sysfs={os.path.join(REPO, 'tests', 'fixtures', 'sysfs', 'md-raid1-hdd')}")
     others |= families_with_samples(hdd.scrape_text())
-    assert set(VM_ONLY) <= documented, "VM_ONLY names a family the README does not document"
+    assert set(VM_ONLY) <= documented, f"VM_ONLY names a family {METRICS} does not document"
 
     def missing():
         live = others | families_with_samples(d.scrape_text())
@@ -124,8 +133,8 @@ def test_every_exported_metric_is_documented(daemon_factory, loop_device):
     assert not {f for f in families if f.startswith("exposer_")}, "no HTTP library metrics (NaN quantiles)"
     assert "process_resident_memory_bytes" in ours and "mergewatch_bpf_program_runs_total" in ours
     assert "mergewatch_collapse_small_request_ratio" in ours, "the detector's evidence should be exported"
-    undocumented = ours - readme_metrics()
-    assert not undocumented, "exported but missing from the README's metrics table"
+    undocumented = ours - documented_metrics()
+    assert not undocumented, f"exported but missing from the metrics table of {METRICS}: {sorted(undocumented)}"
 
 
 MAN_PAGE = os.path.join(REPO, "docs", "mergewatchd.8")
@@ -197,13 +206,13 @@ def test_man_page_and_help_list_the_same_flags_and_defaults():
         f"defaults that differ: {wrong}\nadd to docs/mergewatchd.8 under .SH OPTIONS:{lines_to_add}")
 
 
-def test_man_page_lists_the_readme_metrics():
+def test_man_page_lists_the_documented_metrics():
     man = set(re.findall(r"^ {7}((?:mergewatch|process)_[a-z_]+)$", man_section("METRICS"), re.M))
-    readme = readme_metrics()
-    assert man == readme, (
-        f"docs/mergewatchd.8 METRICS is out of step with the README's metrics table:\n"
-        f"in the README, not in the man page: {sorted(readme - man)}\n"
-        f"in the man page, not in the README: {sorted(man - readme)}\n"
+    documented = documented_metrics()
+    assert man == documented, (
+        f"docs/mergewatchd.8 METRICS is out of step with the metrics table of {METRICS}:\n"
+        f"in {METRICS}, not in the man page: {sorted(documented - man)}\n"
+        f"in the man page, not in {METRICS}: {sorted(man - documented)}\n"
         "add each as `.TP` / `.B name` / `Type (labels): meaning.` under .SH METRICS")
 
 
@@ -220,15 +229,15 @@ def exit_codes_in_code():
     return {name: int(code) for name, code in re.findall(r"^\s+(kExit\w+) = (\d+),", text, re.M)}
 
 
-def test_exit_codes_agree_across_code_readme_runbook_and_unit():
-    """Every exit code of exit_codes.h is in the README's table, the runbook names every failure
+def test_exit_codes_agree_across_code_docs_runbook_and_unit():
+    """Every exit code of exit_codes.h is in the table of docs/operations.md, the runbook names every failure
     code, and the unit retries exactly the ones that can heal by retrying: 1 (unexpected runtime
     failure) and 6 (BPF load/attach, e.g. a transient resource shortage) and 5 (the port may come
     free) restart; 2, 3 and 4 (a flag, the kernel, the privileges) need an operator first."""
     codes = exit_codes_in_code()
     assert set(codes.values()) == set(range(7)), codes
-    documented = {int(c) for c in re.findall(r"^\| (\d+) \|", readme_section("Exit codes"), re.M)}
-    assert documented == set(codes.values()), "README exit code table vs daemon/exit_codes.h"
+    documented = {int(c) for c in re.findall(r"^\| (\d+) \|", doc_section(OPERATIONS, "Exit codes"), re.M)}
+    assert documented == set(codes.values()), f"the exit code table of {OPERATIONS} vs daemon/exit_codes.h"
     runbook = open(os.path.join(REPO, "docs", "runbook.md")).read()
     in_runbook = {int(c) for c in re.findall(r"^\s+\| (\d+) \|", runbook, re.M)}
     assert in_runbook == set(codes.values()) - {codes["kExitOk"], codes["kExitFailure"]}, in_runbook

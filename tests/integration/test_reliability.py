@@ -227,7 +227,7 @@ def test_hundred_concurrent_scrapers_during_io(daemon_factory, loop_device, tmp_
     reads_before = dev.stat()[0]
     rss_start = rss_kib(d.proc.pid)
     # Each client from one of 10 loopback addresses, 10 per address: the daemon allows 32 connections per
-    # address (README, "Securing the endpoint"), a cap this test is not about. A client's closed connection
+    # address (docs/operations.md, "Securing the endpoint"), a cap this test is not about. A client's closed connection
     # counts until the server's event loop sees it close: on a loaded host 20 clients of one address could
     # hold more than 32 for a moment.
     context = multiprocessing.get_context("fork")  # forked before any thread of this process starts

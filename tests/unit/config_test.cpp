@@ -29,7 +29,7 @@ TEST(ParseFlags, DefaultsRun) {
   EXPECT_EQ(r.config.sysfs_root, "/sys");
   EXPECT_EQ(r.config.program_type, ProgramType::kAuto);
   EXPECT_EQ(r.config.source, SourceChoice::kAuto);
-  EXPECT_EQ(r.config.inflight_entries, 65536u);  // README and mergewatch_bpf_inflight_capacity say so
+  EXPECT_EQ(r.config.inflight_entries, 65536u);  // docs/operations.md and mergewatch_bpf_inflight_capacity say so
 }
 
 TEST(ParseFlags, ProgramTypeCanBePinned) {

@@ -71,16 +71,26 @@ def test_the_package_ships_the_generated_rules_and_dashboard():
                 assert tar.extractfile(shipped).read() == f.read(), f"{shipped} in the .deb is not {committed}"
 
 
-def test_readme_lists_every_run_time_library_the_package_depends_on():
-    """README's list of run-time libraries is the package's Depends (dh_shlibdeps), no more, no less."""
+BUILDING = os.path.join("docs", "building.md")
+
+
+def documented_run_time_libraries():
+    """The run-time libraries docs/building.md lists ("Dependencies"), as a set of Debian package names."""
+    with open(os.path.join(REPO, BUILDING)) as f:
+        text = f.read()
+    marker = "the package's dependencies are the run-time libraries"
+    assert marker in text, f"{BUILDING} no longer says '{marker} (...)'"
+    listed = text.split(marker, 1)[1].split(")", 1)[0]
+    return {p.strip() for p in listed.strip().lstrip("(").replace("\n", " ").split(",")}
+
+
+def test_docs_list_every_run_time_library_the_package_depends_on():
+    """The list of run-time libraries in docs/building.md is the package's Depends (dh_shlibdeps), no more, no less."""
     depends = subprocess.run(["dpkg-deb", "-f", deb_path(), "Depends"], capture_output=True, text=True,
                              check=True).stdout
     packages = {d.strip().split()[0] for d in depends.split(",")}
-    with open(os.path.join(REPO, "README.md")) as f:
-        readme = f.read()
-    listed = readme.split("the package's dependencies are the run-time libraries", 1)[1].split(")", 1)[0]
-    listed = {p.strip() for p in listed.strip().lstrip("(").replace("\n", " ").split(",")}
-    assert listed == packages, f"README lists {sorted(listed)}, the package depends on {sorted(packages)}"
+    listed = documented_run_time_libraries()
+    assert listed == packages, f"{BUILDING} lists {sorted(listed)}, the package depends on {sorted(packages)}"
 
 
 def test_apt_get_install_enables_and_starts_the_service(res):

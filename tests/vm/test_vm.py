@@ -176,7 +176,7 @@ def test_random_4k_reads_on_the_snapshot_never_raise(scenario_run):
 @only_6_1
 def test_origin_read_is_recorded(scenario_run):
     """Reading the origin LV: a linear layer passes the reader's large bios through, so
-    the disk sees large requests and there is nothing to detect (README: VM test)."""
+    the disk sees large requests and there is nothing to detect (docs/testing.md, "The VM test")."""
     c, disk = Case("origin-nm2"), scenario_disk()
     count, small, total = c.read_sizes()
     print(f"origin-nm2: {count:.0f} requests, mean {total / max(count, 1):.0f} bytes, "

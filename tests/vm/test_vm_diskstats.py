@@ -4,7 +4,7 @@ on the kernel command line (run-vm.sh --append), the daemon at its defaults (--s
 incident (snapshot on NVMe, nomerges=2), its nomerges=0 twin and the healthy origin read; then the same three
 with the daemon stripped of CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN (guest-scenario.sh's nocap-* cases, setpriv),
 where auto must fall back to diskstats. The same boot records what the dm devices' own diskstats show on 6.1,
-which the reduced condition is built on (README, "Without BPF"), and, after the cases, the loader cases
+which the reduced condition is built on (docs/detector.md, "Without BPF"), and, after the cases, the loader cases
 (guest-loader.sh) with --source=bpf: what lockdown refuses and the exit the daemon gives."""
 import os
 import re

@@ -42,7 +42,7 @@ def test_the_binaries_run_in_debian_11_and_load_only_its_libraries(release_run):
         resolved = re.findall(r"=> (\S+) \(0x", ldd)
         assert resolved, ldd
         # Inside the chroot every path is the root's: what ldd resolved is bullseye's glibc and the few
-        # libraries the README allows, all under the root's /lib and /usr/lib.
+        # libraries docs/building.md allows ("Release tarball"), all under the root's /lib and /usr/lib.
         assert all(path.startswith(("/lib/", "/usr/lib/")) for path in resolved), ldd
         assert not re.search(r"lib(bpf|elf|prometheus|yaml-cpp|curl|microhttpd|stdc\+\+|gcc_s)\b", ldd), ldd
         version = facts["top"].removeprefix("mergewatch-").removesuffix(".linux-amd64")

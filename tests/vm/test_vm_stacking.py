@@ -3,7 +3,7 @@
 
 tests/vm/guest-stacking.sh runs at the end of guest-scenario.sh, in the same VM as test_vm.py: one
 boot per pytest session for both files (vmtest.scenario_boot), whichever runs first.
-It checks two README claims no host test can: block_bio_queue is attached only while a dm/md device
+It checks two documented claims no host test can (docs/architecture.md, docs/metrics.md): block_bio_queue is attached only while a dm/md device
 is stacked on a disk and the choice is re-made at each rescan (an LV created after the daemon
 started, then removed), and --collapse.require-upper=any takes an md device as the upper one. And the
 fleet's multi-disk stacks (run-vm.sh --nvme-disks 2): a snapshot over md RAID0 and over a striped LV,
@@ -47,7 +47,7 @@ def res(scenario_run):
 
 def test_block_bio_queue_follows_lvm_created_and_removed_after_start(res):
     """No dm device at start: not attached. An LV created after start: attached at a later rescan.
-    Removed: detached again (the README: 'not needed now')."""
+    Removed: detached again (docs/metrics.md: 'not needed now')."""
     assert res["bio_queue_before_lvm"] == "0"
     assert res["bio_queue_after_lvcreate"] == "1"
     assert res["bio_queue_after_lvremove"] == "0"
