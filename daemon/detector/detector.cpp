@@ -305,22 +305,36 @@ void CollapseDetector::Step(const PairKey& key, TimePoint now, CollapseEvidence 
   (*next)[key] = std::move(state);
 }
 
+namespace {
+
+// The window counts both evaluations read their ratios from: the disk's, or one pair's.
+struct WindowCounts {
+  uint64_t requests, request_bytes, missed, merges, back_merges, runs, run_bytes;
+};
+
+void SetShares(const WindowCounts& c, double seconds, CollapseEvidence* e) {
+  e->window_seconds = seconds;
+  e->requests = c.requests;
+  e->requests_per_second = Ratio(static_cast<double>(c.requests), seconds);
+  e->missed_share = Ratio(static_cast<double>(c.missed), static_cast<double>(c.requests));
+  e->merge_share = Ratio(static_cast<double>(c.merges), static_cast<double>(c.requests + c.merges));
+  e->back_merges_per_second = Ratio(static_cast<double>(c.back_merges), seconds);
+  // The size each request was made with (block_getrq): what the disk dispatched, unless bios merged
+  // into it later, which the merge share then shows.
+  e->mean_request_bytes = Ratio(static_cast<double>(c.request_bytes), static_cast<double>(c.requests));
+  e->runs_reported = c.runs > 0;
+  e->merged_request_bytes = MergedRequestBytes(c.run_bytes, c.runs, c.missed, c.requests, e->mean_request_bytes);
+}
+
+}  // namespace
+
 CollapseEvidence CollapseDetector::EvaluatePair(const std::string& origin, const PairTotals& p, const Totals& disk,
                                                 double seconds, const std::map<std::string, Totals>& deltas) const {
   CollapseEvidence e;
-  e.window_seconds = seconds;
-  e.requests = p.requests;
-  e.requests_per_second = Ratio(static_cast<double>(p.requests), seconds);
+  // A pair's merges are not told back from front: all of them stand for its back merges.
+  SetShares({p.requests, p.request_bytes, p.missed, p.merges, p.merges, p.runs, p.run_bytes}, seconds, &e);
   // Request sizes are not kept per pair: the disk's share of requests of at most 4 KiB (informative only).
   e.small_share = Ratio(static_cast<double>(disk.small_requests), static_cast<double>(disk.requests));
-  e.missed_share = Ratio(static_cast<double>(p.missed), static_cast<double>(p.requests));
-  e.merge_share = Ratio(static_cast<double>(p.merges), static_cast<double>(p.requests + p.merges));
-  e.back_merges_per_second = Ratio(static_cast<double>(p.merges), seconds);
-  // The size each request was made with (block_getrq): what the disk dispatched, unless bios merged
-  // into it later, which the merge share then shows.
-  e.mean_request_bytes = Ratio(static_cast<double>(p.request_bytes), static_cast<double>(p.requests));
-  e.runs_reported = p.runs > 0;
-  e.merged_request_bytes = MergedRequestBytes(p.run_bytes, p.runs, p.missed, p.requests, e.mean_request_bytes);
   e.upper = origin;
   auto it = deltas.find(origin);
   if (it != deltas.end())
@@ -334,7 +348,10 @@ CollapseEvidence CollapseDetector::Evaluate(const std::string& disk, const Total
                                             const std::map<std::string, Totals>& deltas,
                                             const Topology& topology) const {
   CollapseEvidence e;
-  e.window_seconds = seconds;
+  SetShares({delta.requests, delta.request_bytes, delta.missed, delta.merges, delta.back_merges, delta.runs,
+             delta.run_bytes},
+            seconds, &e);
+  e.small_share = Ratio(static_cast<double>(delta.small_requests), static_cast<double>(delta.requests));
   e.reduced = reduced_;
   if (const BlockDevice* device = topology.FindByName(disk)) {
     e.nomerges = device->queue.nomerges;
@@ -350,16 +367,6 @@ CollapseEvidence CollapseDetector::Evaluate(const std::string& disk, const Total
       }
     if (smallest_path_limit > 0) e.max_request_bytes = smallest_path_limit;
   }
-  e.requests = delta.requests;
-  e.requests_per_second = Ratio(static_cast<double>(delta.requests), seconds);
-  e.small_share = Ratio(static_cast<double>(delta.small_requests), static_cast<double>(delta.requests));
-  e.missed_share = Ratio(static_cast<double>(delta.missed), static_cast<double>(delta.requests));
-  e.merge_share = Ratio(static_cast<double>(delta.merges), static_cast<double>(delta.requests + delta.merges));
-  e.back_merges_per_second = Ratio(static_cast<double>(delta.back_merges), seconds);
-  e.mean_request_bytes = Ratio(static_cast<double>(delta.request_bytes), static_cast<double>(delta.requests));
-  e.runs_reported = delta.runs > 0;
-  e.merged_request_bytes =
-      MergedRequestBytes(delta.run_bytes, delta.runs, delta.missed, delta.requests, e.mean_request_bytes);
 
   // The upper device the disk's requests came from, by the remap chain: the device they
   // were first submitted to (for an LVM snapshot the snapshot itself, not the -real/-cow
@@ -369,11 +376,7 @@ CollapseEvidence CollapseDetector::Evaluate(const std::string& disk, const Total
   for (const std::string& upper : topology.UpperDevices(disk)) {
     const BlockDevice* device = topology.FindByName(upper);
     if (device == nullptr) continue;
-    const bool eligible = policy_.require_upper == UpperRequirement::kDm ? device->kind == DeviceKind::kDm
-                          : policy_.require_upper == UpperRequirement::kAny
-                              ? (device->kind == DeviceKind::kDm || device->kind == DeviceKind::kMd)
-                              : true;
-    if (!eligible) continue;
+    if (!EligibleUpper(*device)) continue;
     auto it = deltas.find(upper);
     double mean = it != deltas.end() ? Ratio(static_cast<double>(it->second.bio_bytes),
                                              static_cast<double>(it->second.bios))
