@@ -74,10 +74,6 @@ struct bio___with_blkg { /* CONFIG_BLK_CGROUP */
 	struct blkcg_gq *bi_blkg;
 } __attribute__((preserve_access_index));
 
-/* The kernel's dev_t encoding (MKDEV in include/linux/kdev_t.h), as tracepoints pass it. */
-#define MW_MINORBITS 20
-#define MW_MKDEV(ma, mi) (((__u32)(ma) << MW_MINORBITS) | (__u32)(mi))
-
 #endif /* MERGEWATCH_CORE_FIXES_TYPES */
 
 static __always_inline struct gendisk *MW_FN(mw_rq_disk)(struct request *rq)

@@ -566,7 +566,7 @@ static __always_inline struct mw_origin_stats *MW_FN(origin_stats_of)(struct bio
 		return NULL;
 	origin = link->origin;
 	key.origin_major = origin >> MW_MINORBITS;
-	key.origin_minor = origin & ((1u << MW_MINORBITS) - 1);
+	key.origin_minor = origin & MW_MINORMASK;
 	bpf_map_delete_elem(&remap_origin, &at);
 	key.major = MW_READ(disk, major);
 	key.minor = MW_READ(disk, first_minor);

@@ -11,7 +11,6 @@
 namespace mergewatch {
 namespace {
 
-constexpr uint32_t kOpRead = 0, kOpWrite = 1;  // REQ_OP_READ, REQ_OP_WRITE
 // Requests of at most 8 sectors (4 KiB): the buckets up to le="4096".
 constexpr uint32_t kSmallSlots = 12 - MW_SIZE_MIN_SHIFT + 1;
 
@@ -109,7 +108,7 @@ CollapseDetector::Sample CollapseDetector::SampleOf(TimePoint now, const Snapsho
   for (const auto& [key, stats] : snapshot.origins) {
     const BlockDevice* device = same_device(key.major, key.minor, key.diskseq);
     const BlockDevice* origin = topology.Find(key.origin_major, key.origin_minor);
-    if (device == nullptr || origin == nullptr || (key.op != kOpRead && key.op != kOpWrite)) continue;
+    if (device == nullptr || origin == nullptr || (key.op != MW_OP_READ && key.op != MW_OP_WRITE)) continue;
     // A multipath path's requests come remapped from its own head: no stacked device.
     if (origin->name == device->name) continue;
     PairTotals& p = sample.devices[device->name].origins[origin->name];
@@ -125,7 +124,7 @@ CollapseDetector::Sample CollapseDetector::SampleOf(TimePoint now, const Snapsho
     if (device == nullptr) continue;
     Totals& t = sample.devices[device->name];
     // Discards, write zeroes and flushes never merge like this, nor say what merging would build.
-    if (key.op != kOpRead && key.op != kOpWrite) continue;
+    if (key.op != MW_OP_READ && key.op != MW_OP_WRITE) continue;
     for (uint64_t v : stats.bio_size_slots) t.bios += v;
     t.bio_bytes += stats.bio_size_sum_bytes;
     for (uint32_t i = 0; i < MW_SIZE_SLOTS; ++i) {

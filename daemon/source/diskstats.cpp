@@ -14,7 +14,6 @@
 namespace mergewatch {
 namespace {
 
-constexpr uint32_t kOpRead = 0, kOpWrite = 1, kOpDiscard = 3;  // REQ_OP_* (blk_types.h)
 constexpr uint64_t kSectorBytes = 512;                           // diskstats sectors are always 512 bytes
 
 bool ParseU64(const std::string& word, uint64_t* out) {
@@ -131,10 +130,10 @@ Snapshot SnapshotFromDiskstats(const std::vector<DiskstatsRecord>& records, cons
     if (!whole_disks.count(r.name)) continue;
     const bool bio = bio_based.count(r.name) != 0;
     const auto& f = r.fields;
-    AddOp(&snapshot, r, kOpRead, f[kReadsCompleted], f[kSectorsRead], f[kReadsMerged], bio);
-    AddOp(&snapshot, r, kOpWrite, f[kWritesCompleted], f[kSectorsWritten], f[kWritesMerged], bio);
+    AddOp(&snapshot, r, MW_OP_READ, f[kReadsCompleted], f[kSectorsRead], f[kReadsMerged], bio);
+    AddOp(&snapshot, r, MW_OP_WRITE, f[kWritesCompleted], f[kSectorsWritten], f[kWritesMerged], bio);
     if (r.field_count >= 15)
-      AddOp(&snapshot, r, kOpDiscard, f[kDiscardsCompleted], f[kSectorsDiscarded], f[kDiscardsMerged], bio);
+      AddOp(&snapshot, r, MW_OP_DISCARD, f[kDiscardsCompleted], f[kSectorsDiscarded], f[kDiscardsMerged], bio);
     // Flush requests are no I/O here either (mergewatch_non_io_requests_total{kind="flush"}).
     if (r.field_count >= 17 && !bio) snapshot.event_counts[MW_CNT_FLUSH] += f[kFlushesCompleted];
   }

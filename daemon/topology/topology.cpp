@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "topology/topology.h"
+#include "topology/block_ids.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -29,10 +30,10 @@ constexpr int kMaxSymlinkHops = 40;
 // Larger than any sysfs attribute (one page); bounds what a hostile fixture tree can make us hold.
 constexpr size_t kMaxAttrBytes = 64 * 1024;
 
-// dev_t limits of the kernel-internal encoding (MINORBITS 20, 12 major bits):
-// a value outside them cannot match any BPF-reported device.
-constexpr uint32_t kMaxMajor = (1u << 12) - 1;
-constexpr uint32_t kMaxMinor = (1u << 20) - 1;
+// dev_t limits of the kernel-internal encoding (abi.h): a value outside them cannot match any
+// BPF-reported device.
+constexpr uint32_t kMaxMajor = MW_MAJORMASK;
+constexpr uint32_t kMaxMinor = MW_MINORMASK;
 
 // "LVM-" followed by the VG uuid and LV uuid, 32 chars each, no dashes.
 constexpr size_t kLvmUuidIdLength = 4 + 64;

@@ -48,8 +48,34 @@
 #define MW_REMAP_ENTRIES 16384
 #define MW_DEFAULT_INFLIGHT_ENTRIES 65536
 
+/*
+ * Kernel identities, defined here once for the BPF programs and the daemon.
+ *
+ * The kernel-internal dev_t, as tracepoints' dev fields and the remap chain carry it
+ * (include/linux/kdev_t.h): MKDEV(ma, mi) = ma << MINORBITS | mi, MINORBITS 20, 12 major bits.
+ * Not the userspace st_rdev encoding.
+ */
+#define MW_MINORBITS 20
+#define MW_MINORMASK ((1u << MW_MINORBITS) - 1)
+#define MW_MAJORMASK ((1u << (32 - MW_MINORBITS)) - 1)
+#define MW_MKDEV(ma, mi) (((__u32)(ma) << MW_MINORBITS) | (__u32)(mi))
+
 /* REQ_OP_MASK: the low 8 bits of cmd_flags / bi_opf hold the operation since v4.10. */
 #define MW_REQ_OP_MASK 0xffu
+/*
+ * The REQ_OP_* values this code reads (enum req_op, include/linux/blk_types.h): these have kept their
+ * numbers on every kernel supported (5.4 to 6.18). Others have moved (REQ_OP_ZONE_APPEND was 13 and is 7
+ * since enum req_op was renumbered): one of those would be read from the kernel's BTF with CO-RE
+ * (bpf_core_enum_value), never written here. Everything not listed is the "other" op label.
+ */
+#define MW_OP_READ 0u
+#define MW_OP_WRITE 1u
+#define MW_OP_FLUSH 2u
+#define MW_OP_DISCARD 3u
+#define MW_OP_SECURE_ERASE 5u
+#define MW_OP_WRITE_ZEROES 9u
+#define MW_OP_DRV_IN 34u
+#define MW_OP_DRV_OUT 35u
 
 /*
  * Per device and operation. major/minor are kept apart to avoid the two dev_t encodings.

@@ -24,16 +24,7 @@
 #define __always_inline inline __attribute__((always_inline))
 #endif
 
-/* REQ_OP_* values (include/linux/blk_types.h), unchanged since v5.x for these. */
-#define MW_OP_READ 0u
-#define MW_OP_WRITE 1u
-#define MW_OP_FLUSH 2u
-#define MW_OP_DISCARD 3u
-#define MW_OP_SECURE_ERASE 5u
-#define MW_OP_WRITE_ZEROES 9u
-#define MW_OP_ZONE_APPEND 13u
-#define MW_OP_DRV_IN 34u
-#define MW_OP_DRV_OUT 35u
+#include "abi.h" /* MW_OP_* */
 
 /* Passthrough requests (SG_IO, NVMe admin and ioctl commands): REQ_OP_DRV_IN/OUT. */
 static __always_inline int mw_op_is_passthrough(__u32 op)
