@@ -126,8 +126,8 @@ void DefineRunFlags(CLI::App& app, Config& config, RawFlags& raw) {
                  "device still shows as the upper device of a page")
       ->capture_default_str();
   app.add_option("--topology.refresh-interval", raw.refresh,
-                 "How often sysfs is rescanned regardless of events, for queue settings (devices added, removed or "
-                 "changed are rescanned on their uevent, also on SIGHUP and unknown devices)")
+                 "How often sysfs is rescanned regardless of events (devices added, removed or changed are rescanned on "
+                 "their uevent, a changed queue setting at the next tick, also on SIGHUP and unknown devices)")
       ->capture_default_str();
 }
 

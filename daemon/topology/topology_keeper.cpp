@@ -8,7 +8,7 @@
 namespace mergewatch {
 
 TopologyKeeper::TopologyKeeper(std::string sysfs_root, Duration refresh, Clock clock)
-    : sysfs_root_(std::move(sysfs_root)), refresh_(refresh), clock_(std::move(clock)) {
+    : sysfs_root_(std::move(sysfs_root)), refresh_(refresh), clock_(std::move(clock)), queue_watch_(sysfs_root_) {
   Rescan();
 }
 
@@ -21,6 +21,7 @@ void TopologyKeeper::Rescan() {
   std::vector<std::string> warnings;
   current_ = std::make_shared<const Topology>(Topology::Scan(sysfs_root_, &warnings));
   last_scan_ = clock_();
+  queue_watch_.Follow(*current_);
   if (on_scan_) on_scan_(current_);
   for (const std::string& w : warnings) {
     if (reported_warnings_.insert(w).second) LogWarn("sysfs: " + w);
@@ -35,6 +36,9 @@ void TopologyKeeper::RefreshIfDue(bool unknown_device_seen) {
   const Duration since = clock_() - last_scan_;
   if (since >= refresh_) {
     LogDebug("rescanning block devices: --topology.refresh-interval elapsed");
+    Rescan();
+  } else if (const std::string changed = queue_watch_.Changed(*current_); !changed.empty()) {
+    LogInfo("queue setting changed: " + changed + "; rescanning block devices");
     Rescan();
   } else if (unknown_device_seen && since >= std::chrono::seconds(1)) {
     LogDebug("rescanning block devices: BPF reported a device the last scan did not show");

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "clock.h"
+#include "topology/queue_watch.h"
 #include "topology/topology.h"
 
 namespace mergewatch {
@@ -22,7 +23,8 @@ class TopologyKeeper {
   // Called with the current topology now and after every scan.
   void OnScan(std::function<void(std::shared_ptr<const Topology>)> on_scan);
   void Rescan();
-  // Rescans when the refresh interval has passed, or (at most once a second: unknown devices may
+  // Rescans when the refresh interval has passed, when a watched queue setting changed (QueueWatch: a
+  // runtime nomerges change shows at the next tick), or (at most once a second: unknown devices may
   // also be ones gone for good) when a device key is one the last scan did not show.
   // `unknown_device_seen`: the evidence source reported such a key.
   void RefreshIfDue(bool unknown_device_seen);
@@ -38,6 +40,7 @@ class TopologyKeeper {
   Duration refresh_;
   Clock clock_;
   std::shared_ptr<const Topology> current_;
+  QueueWatch queue_watch_;
   std::function<void(std::shared_ptr<const Topology>)> on_scan_;
   TimePoint last_scan_{};
   std::set<std::string> reported_warnings_;  // each sysfs warning is logged once

@@ -284,3 +284,42 @@ def test_a_disk_with_iostats_off_is_named_as_unseen_and_again_when_seen(forced, 
     forced.proc.send_signal(signal.SIGHUP)
     wait_for_log(forced, f"iostats on {dev.name} is back, or the disk is gone: the diskstats source sees it again")
     assert forced.log_text().count(warning) == 1  # said once while it held
+
+
+def test_a_runtime_nomerges_change_shows_within_seconds_and_pages(forced, loop_device):
+    """Writes to queue/ send no uevent: a `nomerges=2` set while the daemon runs (a udev rule, a tuned profile,
+    an operator's echo) showed only at the next --topology.refresh-interval (1 minute, the default here). Each
+    device's queue settings are now read again every tick (topology/queue_watch.*): the gauge follows within 5 s,
+    and on the source without BPF batched 4 KiB reads that were running on a healthy queue page within 40 s of
+    the change (raise-after and window included)."""
+    dev = loop_device(size_mb=256)
+    dev.set_queue(scheduler="none", nomerges=0)
+    def nomerges():
+        samples = forced.scrape()
+        return None if absent(samples, "mergewatch_queue_nomerges", device=dev.name) else \
+            value(samples, "mergewatch_queue_nomerges", device=dev.name)
+
+    wait_until(lambda: nomerges() == 0, 30, f"{dev.name} in mergewatch_queue_nomerges with 0")
+    fio = start_fio(dev)
+    try:
+        # Merging on: the same load runs healthy first (a collapse it raised would not be the change's doing).
+        wait_until(lambda: value(forced.scrape(), "mergewatch_request_size_bytes_count", device=dev.name,
+                                 op="read") > 0, 30, f"reads on {dev.name} counted")
+        healthy = forced.scrape()
+        assert absent(healthy, "mergewatch_merge_collapse", device=dev.name) or \
+            value(healthy, "mergewatch_merge_collapse", device=dev.name, upper="") == 0
+        changed = time.monotonic()
+        dev.set_queue(nomerges=2)
+        wait_until(lambda: nomerges() == 2, 30, f"mergewatch_queue_nomerges of {dev.name} at 2")
+        seen_after = time.monotonic() - changed
+        wait_for(forced, dev, 1)
+        paged_after = time.monotonic() - changed
+    finally:
+        stop_fio(fio)
+    log = forced.log_text()
+    print(f"nomerges=2 in the gauge after {seen_after:.1f} s, paged after {paged_after:.1f} s")
+    # The log says "queue setting changed: <disk> queue/nomerges 0 -> 2" unless another rescan came first (a
+    # uevent, or another disk's collapse: a rescan each second), which shows the change as well.
+    assert seen_after <= 5, seen_after
+    assert paged_after <= 40, paged_after
+    assert f"echo 0 > /sys/block/{dev.name}/queue/nomerges" in log
