@@ -4,8 +4,8 @@
 // (--topology.refresh-interval, a minute), and the collapse gauge, the remedy text, the queue gauges and
 // the findings would say the old setting for as long. QueueWatch keeps the queue attributes the detector
 // and the findings read (nomerges, scheduler, max_sectors_kb, rotational) of every device with a queue
-// open, re-reads them each tick with one pread each, and says when one differs from the last scan; the
-// caller then rescans.
+// open, re-reads them with one pread each (nomerges every tick, the other three every fifth), and says when
+// one differs from the last scan; the caller then rescans.
 #pragma once
 
 #include <map>
@@ -41,6 +41,8 @@ class QueueWatch {
   std::string sysfs_root_;
   int root_fd_ = -1;  // O_PATH descriptor of the sysfs root, for openat2(RESOLVE_BENEATH)
   std::map<std::string, Files> files_;
+  static constexpr unsigned kSlowEvery = 5;  // all but nomerges: every 5th call
+  unsigned calls_ = 0;
 };
 
 }  // namespace mergewatch
