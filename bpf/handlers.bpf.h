@@ -187,10 +187,11 @@ static __always_inline bool MW_FN(missed_merge)(struct bio *bio, struct gendisk 
 	__u32 plug_count = 0, gen_index = plug_gen_index(plug_id);
 	struct mw_plug_gen *gen = NULL;
 	bool has_elevator = MW_READ(q, elevator) != NULL;
+	struct mw_nest *nest = nest_state();
 
 	slot = bpf_map_lookup_elem(&plug_slots, &index);
 	scratch = bpf_map_lookup_elem(&sched_scratch, &zero);
-	if (!slot || !scratch)
+	if (!slot || !scratch || !nest)
 		return false;
 	lim.virt_boundary_mask = MW_READ(q, limits.virt_boundary_mask);
 	MW_FN(bio_side)(bio, opf, lim.virt_boundary_mask != 0, MW_READ(q, limits.max_segment_size), &b);
@@ -198,8 +199,13 @@ static __always_inline bool MW_FN(missed_merge)(struct bio *bio, struct gendisk 
 	if (plug) {
 		plug_count = MW_FN(mw_plug_rq_count)(plug);
 		gen = bpf_map_lookup_elem(&plug_gens, &gen_index);
+		/*
+		 * A new (or evicted and re-created) plug state starts above every number this CPU gave
+		 * out, so no plug slot recorded before can be in it. That was the clock until the state
+		 * thrashed between tasks: a bpf_ktime_get_ns() per new request (BENCHMARKS.md).
+		 */
 		if (gen && gen->plug != plug_id)
-			mw_plug_gen_start(gen, plug_id, bpf_ktime_get_ns());
+			mw_plug_gen_start(gen, plug_id, nest->plug_seq_high);
 		else if (gen)
 			mw_plug_gen_observe(gen, plug_count);
 	}
@@ -225,6 +231,8 @@ static __always_inline bool MW_FN(missed_merge)(struct bio *bio, struct gendisk 
 	slot->queue_id = queue_id;
 	/* a PREFLUSH/FUA request goes to blk_insert_flush(), not into the plug */
 	slot->seq = gen ? mw_plug_gen_add(gen, plug_count, !(b.flags & (MW_F_FUA | MW_F_PREFLUSH))) : 0;
+	if (gen && gen->next_seq > nest->plug_seq_high)
+		nest->plug_seq_high = gen->next_seq;
 	if (cand) {
 		MW_FN(queue_limits)(q, &lim);
 		if (mw_back_merge_verdict(&cand->run, &b, &lim) == MW_MERGE_OK) {

@@ -101,6 +101,11 @@ struct mw_nest {
 	__u32 depth; /* programs of this object running on this CPU, the current one included */
 	__u32 pad;
 	__u64 cell[MW_NEST_LEVELS];
+	/*
+	 * Above every plug sequence number handed out on this CPU (plug_gens): where a plug's state
+	 * starts when it is created or re-created, so that it never holds a number recorded before.
+	 */
+	__u64 plug_seq_high;
 };
 
 struct {
