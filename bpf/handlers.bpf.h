@@ -64,7 +64,8 @@ static __always_inline struct mw_dev_stats *MW_FN(stats_for)(struct gendisk *dis
  * is refused), a helper call: on a queue with a virt boundary (NVMe) that was two calls per bio
  * for the first and the last bvec, where a 4 KiB bio has only one.
  */
-static __always_inline void MW_FN(read_bvec)(struct bio *bio, __u32 index, struct bio_vec *out)
+static __always_inline void MW_FN(read_bvec)(const struct mw_run *run, struct bio *bio, __u32 index,
+					      struct bio_vec *out)
 {
 	struct bio_vec *vec = MW_READ(bio, bi_io_vec);
 	__u64 base;
@@ -78,7 +79,7 @@ static __always_inline void MW_FN(read_bvec)(struct bio *bio, __u32 index, struc
 		out->bv_len = MW_READ(vec, bv_len);
 		return;
 	}
-	base = pointer_value(vec);
+	base = pointer_value(run, vec);
 	bpf_probe_read_kernel(out, sizeof(*out), (void *)(base + (__u64)index * sizeof(struct bio_vec)));
 }
 
@@ -88,7 +89,7 @@ static __always_inline void MW_FN(read_bvec)(struct bio *bio, __u32 index, struc
  * The bio as one side of a merge (merge_rules.h). `need_offsets`: the queue has a virt
  * boundary, so where the data starts and ends in its pages matters.
  */
-static __always_inline void MW_FN(bio_side)(struct bio *bio, __u32 opf, bool need_offsets, __u32 max_segment_size,
+static __always_inline void MW_FN(bio_side)(const struct mw_run *run, struct bio *bio, __u32 opf, bool need_offsets, __u32 max_segment_size,
 					    struct mw_merge_side *b)
 {
 	struct bio___with_crypt *crypt = (void *)bio;
@@ -109,7 +110,7 @@ static __always_inline void MW_FN(bio_side)(struct bio *bio, __u32 opf, bool nee
 		b->write_hint = (__u32)MW_READ_BITFIELD(hinted, bi_write_hint);
 	b->blkg = 0;
 	if (bpf_core_field_exists(grouped->bi_blkg))
-		b->blkg = pointer_value(MW_READ(grouped, bi_blkg));
+		b->blkg = pointer_value(run, MW_READ(grouped, bi_blkg));
 	if (bpf_core_field_exists(crypt->bi_crypt_context) && MW_READ(crypt, bi_crypt_context))
 		b->flags |= MW_F_CRYPT;
 	b->first_offset = 0;
@@ -128,13 +129,13 @@ static __always_inline void MW_FN(bio_side)(struct bio *bio, __u32 opf, bool nee
 		b->segments = mw_whole_bio_segments(vcnt, bytes, max_segment_size);
 		return;
 	}
-	MW_FN(read_bvec)(bio, idx, &bv);
+	MW_FN(read_bvec)(run, bio, idx, &bv);
 	b->first_offset = bv.bv_offset + done;
 	b->segments = whole ? mw_whole_bio_segments(vcnt, bytes, max_segment_size)
 			    : ((b->first_offset & (MW_PAGE_SIZE - 1)) + bytes + MW_PAGE_SIZE - 1) / MW_PAGE_SIZE;
 	if (whole) {
 		if (vcnt > 1) /* else the last bvec is the first, read above */
-			MW_FN(read_bvec)(bio, vcnt - 1, &bv);
+			MW_FN(read_bvec)(run, bio, vcnt - 1, &bv);
 		b->last_end = bv.bv_offset + bv.bv_len;
 	} else {
 		/* the last bvec is not at a known index: assume the data runs on contiguously */
@@ -172,12 +173,12 @@ static __always_inline bool MW_FN(still_queued)(__u64 rq)
  * request in the queue's scheduler, and did not. The request it becomes is recorded as
  * the next candidate either way.
  */
-static __always_inline bool MW_FN(missed_merge)(struct bio *bio, struct gendisk *disk, struct request_queue *q,
+static __always_inline bool MW_FN(missed_merge)(const struct mw_run *run, struct bio *bio, struct gendisk *disk, struct request_queue *q,
 						__u32 opf, struct mw_getrq_evidence *ev)
 {
 	__u32 queue_id = (__u32)MW_READ(q, id) + 1, zero = 0;
 	struct blk_plug *plug = MW_FN(current_plug)();
-	__u64 plug_id = pointer_value(plug);
+	__u64 plug_id = pointer_value(run, plug);
 	__u32 index = plug_slot_index(plug_id, queue_id);
 	struct mw_merge_limits lim = {};
 	struct mw_merge_side b = {};
@@ -187,14 +188,14 @@ static __always_inline bool MW_FN(missed_merge)(struct bio *bio, struct gendisk 
 	__u32 plug_count = 0, gen_index = plug_gen_index(plug_id);
 	struct mw_plug_gen *gen = NULL;
 	bool has_elevator = MW_READ(q, elevator) != NULL;
-	struct mw_nest *nest = nest_state();
+	struct mw_nest *nest = run->nest;
 
 	slot = bpf_map_lookup_elem(&plug_slots, &index);
 	scratch = bpf_map_lookup_elem(&sched_scratch, &zero);
-	if (!slot || !scratch || !nest)
+	if (!slot || !scratch)
 		return false;
 	lim.virt_boundary_mask = MW_READ(q, limits.virt_boundary_mask);
-	MW_FN(bio_side)(bio, opf, lim.virt_boundary_mask != 0, MW_READ(q, limits.max_segment_size), &b);
+	MW_FN(bio_side)(run, bio, opf, lim.virt_boundary_mask != 0, MW_READ(q, limits.max_segment_size), &b);
 	ev->bytes = (__u64)b.sectors << 9;
 	if (plug) {
 		plug_count = MW_FN(mw_plug_rq_count)(plug);
@@ -262,11 +263,12 @@ static __always_inline bool MW_FN(missed_merge)(struct bio *bio, struct gendisk 
  * newest being flushed), its run carries over; else the request alone, its layout in
  * pages unknown.
  */
-static __always_inline void MW_FN(enter_scheduler)(struct request *rq, struct request_queue *q)
+static __always_inline void MW_FN(enter_scheduler)(const struct mw_run *run, struct request *rq,
+						   struct request_queue *q)
 {
 	__u32 queue_id = (__u32)MW_READ(q, id) + 1, zero = 0;
 	/* a flush from a plug runs in the plugging task (current->plug is still set) */
-	__u32 index = plug_slot_index(pointer_value(MW_FN(current_plug)()), queue_id);
+	__u32 index = plug_slot_index(pointer_value(run, MW_FN(current_plug)()), queue_id);
 	__u64 start = MW_READ(rq, __sector);
 	__u32 sectors = MW_READ(rq, __data_len) >> 9;
 	struct sched_key key = { .queue_id = queue_id, .end_sector = start + sectors };
@@ -277,7 +279,7 @@ static __always_inline void MW_FN(enter_scheduler)(struct request *rq, struct re
 
 	if (!entry || !slot)
 		return;
-	entry->rq = pointer_value(rq);
+	entry->rq = pointer_value(run, rq);
 	if (slot->queue_id == queue_id && slot->run.sector + slot->run.sectors == key.end_sector &&
 	    slot->run.sectors >= sectors) {
 		entry->run = slot->run;
@@ -287,7 +289,7 @@ static __always_inline void MW_FN(enter_scheduler)(struct request *rq, struct re
 		if (!first)
 			return;
 		opf = MW_READ(rq, cmd_flags);
-		MW_FN(bio_side)(first, opf, false, 0, &entry->run); /* segments: nr_phys_segments below */
+		MW_FN(bio_side)(run, first, opf, false, 0, &entry->run); /* segments: nr_phys_segments below */
 		entry->run.sector = start;
 		entry->run.sectors = sectors;
 		entry->run.segments = MW_READ(rq, nr_phys_segments);
@@ -297,10 +299,10 @@ static __always_inline void MW_FN(enter_scheduler)(struct request *rq, struct re
 	bpf_map_update_elem(&sched_queued, &key, entry, BPF_ANY);
 }
 
-static __always_inline int MW_FN(handle_rq_insert)(struct request *rq)
+static __always_inline int MW_FN(handle_rq_insert)(const struct mw_run *run, struct request *rq)
 {
 	__u64 now = bpf_ktime_get_ns();
-	struct mw_inflight *slot = inflight_slot(rq, now, true);
+	struct mw_inflight *slot = inflight_slot(run, rq, now, true);
 	struct request_queue *q;
 
 	if (!slot) {
@@ -313,7 +315,7 @@ static __always_inline int MW_FN(handle_rq_insert)(struct request *rq)
 	slot->issue_ns = 0;
 	q = MW_READ(rq, q);
 	if (MW_READ(q, elevator))
-		MW_FN(enter_scheduler)(rq, q);
+		MW_FN(enter_scheduler)(run, rq, q);
 	return 0;
 }
 
@@ -329,7 +331,7 @@ static __always_inline int MW_FN(handle_rq_insert)(struct request *rq)
  * kworker: recursion_misses). Dispatch hardly nests that way, and a skipped completion
  * costs a latency sample here, not a request. Flushes and passthrough commands are not I/O: counted apart.
  */
-static __always_inline int MW_FN(handle_rq_issue)(struct request *rq)
+static __always_inline int MW_FN(handle_rq_issue)(const struct mw_run *run, struct request *rq)
 {
 	struct mw_dev_key key = {};
 	struct mw_dev_stats *stats;
@@ -349,7 +351,7 @@ static __always_inline int MW_FN(handle_rq_issue)(struct request *rq)
 	stats = MW_FN(stats_for_key)(MW_FN(mw_rq_disk)(rq), op, &key);
 	bytes = MW_READ(rq, __data_len);
 	now = bpf_ktime_get_ns();
-	slot = inflight_slot(rq, now, true);
+	slot = inflight_slot(run, rq, now, true);
 	if (!slot)
 		count_event(MW_CNT_INFLIGHT_FULL); /* counted, untimed */
 	if (stats && !(slot && slot->requeued))
@@ -399,9 +401,9 @@ static __always_inline int MW_FN(handle_rq_issue)(struct request *rq)
 }
 
 /* Sent back to be dispatched again: its next dispatch is not a new request. */
-static __always_inline int MW_FN(handle_rq_requeue)(struct request *rq)
+static __always_inline int MW_FN(handle_rq_requeue)(const struct mw_run *run, struct request *rq)
 {
-	struct mw_inflight *slot = inflight_slot(rq, 0, false);
+	struct mw_inflight *slot = inflight_slot(run, rq, 0, false);
 
 	if (slot)
 		slot->requeued = 1;
@@ -409,7 +411,7 @@ static __always_inline int MW_FN(handle_rq_requeue)(struct request *rq)
 }
 
 /* The final completion: device time from the last dispatch. */
-static __always_inline int MW_FN(handle_rq_complete)(struct request *rq, __u32 nr_bytes)
+static __always_inline int MW_FN(handle_rq_complete)(const struct mw_run *run, struct request *rq, __u32 nr_bytes)
 {
 	struct mw_dev_stats *stats;
 	struct mw_inflight *slot;
@@ -417,7 +419,7 @@ static __always_inline int MW_FN(handle_rq_complete)(struct request *rq, __u32 n
 	__u32 op;
 
 	op = MW_READ(rq, cmd_flags) & MW_REQ_OP_MASK;
-	slot = inflight_slot(rq, 0, false);
+	slot = inflight_slot(run, rq, 0, false);
 	/* Partial completions fire too (nr_bytes < remaining bytes): wait for the last one. */
 	if (slot && nr_bytes < MW_READ(rq, __data_len))
 		return 0;
@@ -613,7 +615,7 @@ static __always_inline void MW_FN(count_origin)(struct bio *bio, struct gendisk 
 	stats->missed_merge_run_bytes += ev->run_bytes;
 }
 
-static __always_inline int MW_FN(handle_getrq)(struct bio *bio)
+static __always_inline int MW_FN(handle_getrq)(const struct mw_run *run, struct bio *bio)
 {
 	struct gendisk *disk = MW_FN(mw_bio_disk)(bio);
 	struct mw_getrq_evidence ev = {};
@@ -622,7 +624,7 @@ static __always_inline int MW_FN(handle_getrq)(struct bio *bio)
 	if (!disk)
 		return 0;
 	opf = MW_READ(bio, bi_opf);
-	MW_FN(missed_merge)(bio, disk, MW_READ(disk, queue), opf, &ev);
+	MW_FN(missed_merge)(run, bio, disk, MW_READ(disk, queue), opf, &ev);
 	if (remaps_seen)
 		MW_FN(count_origin)(bio, disk, opf & MW_REQ_OP_MASK, &ev);
 	return 0;

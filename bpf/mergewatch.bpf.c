@@ -122,12 +122,31 @@ static __always_inline struct mw_nest *nest_state(void)
 	return bpf_map_lookup_elem(&nest_scratch, &zero);
 }
 
-/* Every program body runs inside MW_NESTED(), which owns one level for its duration. */
+/*
+ * What a program run looked up once: this CPU's nest state and the run's own cell. Handlers take
+ * it as their first argument, so a run that turns several pointers into numbers (block_getrq: the
+ * plug, the cgroup, a bvec) does one per-CPU lookup, not one per pointer.
+ */
+struct mw_run {
+	struct mw_nest *nest;
+	volatile __u64 *cell;
+};
+
+/*
+ * Every program body that turns pointers into numbers runs inside MW_NESTED(), which owns one
+ * level for its duration and hands the handler `run_` (the call names it). Programs that keep no
+ * pointer (block_bio_queue, the merges, block_bio_remap) run without it: a program nested in them
+ * takes the next level all the same, and they touch no cell.
+ */
 #define MW_NESTED(call)                                                                            \
 	({                                                                                         \
 		struct mw_nest *nest_ = nest_state();                                              \
 		int ret_ = 0;                                                                      \
 		if (nest_) {                                                                       \
+			struct mw_run run_ = {                                                     \
+				.nest = nest_,                                                     \
+				.cell = &nest_->cell[nest_->depth & (MW_NEST_LEVELS - 1)],         \
+			};                                                                         \
 			nest_->depth++;                                                            \
 			ret_ = (call);                                                             \
 			nest_->depth--;                                                            \
@@ -135,16 +154,10 @@ static __always_inline struct mw_nest *nest_state(void)
 		ret_;                                                                              \
 	})
 
-static __always_inline __u64 pointer_value(const void *pointer)
+static __always_inline __u64 pointer_value(const struct mw_run *run, const void *pointer)
 {
-	struct mw_nest *nest = nest_state();
-	volatile __u64 *cell;
-
-	if (!nest)
-		return 0;
-	cell = &nest->cell[(nest->depth - 1) & (MW_NEST_LEVELS - 1)];
-	*cell = (__u64)pointer;
-	return *cell;
+	*run->cell = (__u64)pointer;
+	return *run->cell;
 }
 
 /* Zero value for lookup-or-init: too large for the 512-byte BPF stack. */
@@ -216,9 +229,10 @@ static __always_inline struct mw_inflight *inflight_slot_of(__u64 rq, __u64 now,
 	return a;
 }
 
-static __always_inline struct mw_inflight *inflight_slot(void *request, __u64 now, bool claim)
+static __always_inline struct mw_inflight *inflight_slot(const struct mw_run *run, void *request, __u64 now,
+							 bool claim)
 {
-	return inflight_slot_of(pointer_value(request), now, claim);
+	return inflight_slot_of(pointer_value(run, request), now, claim);
 }
 
 struct {
@@ -467,45 +481,52 @@ static __always_inline void hist_add(__u64 *slots, __u64 *sum, __u64 value, __u3
 #define MW_RAW_PROG(tp, name, call)                                                                \
 	SEC("raw_tp/" tp)                                                                          \
 	int name(__u64 *ctx) { return MW_NESTED(call); }
+/* The programs that keep no pointer: no nesting level (MW_NESTED). */
+#define MW_BTF_PROG_PLAIN(tp, name, call)                                                          \
+	SEC("tp_btf/" tp)                                                                          \
+	int BPF_PROG(name) { return (call); }
+#define MW_RAW_PROG_PLAIN(tp, name, call)                                                          \
+	SEC("raw_tp/" tp)                                                                          \
+	int name(__u64 *ctx) { return (call); }
 
 /* block_rq_insert/issue/requeue: (rq) or (q, rq) */
-MW_BTF_PROG("block_rq_insert", btf_rq_insert, handle_rq_insert_btf((struct request *)ctx[0]))
-MW_BTF_PROG("block_rq_insert", btf_rq_insert_q, handle_rq_insert_btf((struct request *)ctx[1]))
-MW_BTF_PROG("block_rq_issue", btf_rq_issue, handle_rq_issue_btf((struct request *)ctx[0]))
-MW_BTF_PROG("block_rq_issue", btf_rq_issue_q, handle_rq_issue_btf((struct request *)ctx[1]))
-MW_BTF_PROG("block_rq_requeue", btf_rq_requeue, handle_rq_requeue_btf((struct request *)ctx[0]))
-MW_BTF_PROG("block_rq_requeue", btf_rq_requeue_q, handle_rq_requeue_btf((struct request *)ctx[1]))
+MW_BTF_PROG("block_rq_insert", btf_rq_insert, handle_rq_insert_btf(&run_, (struct request *)ctx[0]))
+MW_BTF_PROG("block_rq_insert", btf_rq_insert_q, handle_rq_insert_btf(&run_, (struct request *)ctx[1]))
+MW_BTF_PROG("block_rq_issue", btf_rq_issue, handle_rq_issue_btf(&run_, (struct request *)ctx[0]))
+MW_BTF_PROG("block_rq_issue", btf_rq_issue_q, handle_rq_issue_btf(&run_, (struct request *)ctx[1]))
+MW_BTF_PROG("block_rq_requeue", btf_rq_requeue, handle_rq_requeue_btf(&run_, (struct request *)ctx[0]))
+MW_BTF_PROG("block_rq_requeue", btf_rq_requeue_q, handle_rq_requeue_btf(&run_, (struct request *)ctx[1]))
 /* (rq, error, nr_bytes) since v4.13; raw_tp/tp_btf need 4.17+ anyway: one layout. */
-MW_BTF_PROG("block_rq_complete", btf_rq_complete, handle_rq_complete_btf((void *)ctx[0], (__u32)ctx[2]))
+MW_BTF_PROG("block_rq_complete", btf_rq_complete, handle_rq_complete_btf(&run_, (void *)ctx[0], (__u32)ctx[2]))
 /* block_bio_back/frontmerge: (bio) or (q, rq, bio) */
-MW_BTF_PROG("block_bio_backmerge", btf_bio_backmerge, handle_bio_merge_btf((struct bio *)ctx[0], true))
-MW_BTF_PROG("block_bio_backmerge", btf_bio_backmerge_q, handle_bio_merge_btf((struct bio *)ctx[2], true))
-MW_BTF_PROG("block_bio_frontmerge", btf_bio_frontmerge, handle_bio_merge_btf((struct bio *)ctx[0], false))
-MW_BTF_PROG("block_bio_frontmerge", btf_bio_frontmerge_q, handle_bio_merge_btf((struct bio *)ctx[2], false))
+MW_BTF_PROG_PLAIN("block_bio_backmerge", btf_bio_backmerge, handle_bio_merge_btf((struct bio *)ctx[0], true))
+MW_BTF_PROG_PLAIN("block_bio_backmerge", btf_bio_backmerge_q, handle_bio_merge_btf((struct bio *)ctx[2], true))
+MW_BTF_PROG_PLAIN("block_bio_frontmerge", btf_bio_frontmerge, handle_bio_merge_btf((struct bio *)ctx[0], false))
+MW_BTF_PROG_PLAIN("block_bio_frontmerge", btf_bio_frontmerge_q, handle_bio_merge_btf((struct bio *)ctx[2], false))
 /* block_bio_queue: (bio) or (q, bio) */
-MW_BTF_PROG("block_bio_queue", btf_bio_queue, handle_bio_queue_btf((struct bio *)ctx[0]))
-MW_BTF_PROG("block_bio_queue", btf_bio_queue_q, handle_bio_queue_btf((struct bio *)ctx[1]))
+MW_BTF_PROG_PLAIN("block_bio_queue", btf_bio_queue, handle_bio_queue_btf((struct bio *)ctx[0]))
+MW_BTF_PROG_PLAIN("block_bio_queue", btf_bio_queue_q, handle_bio_queue_btf((struct bio *)ctx[1]))
 /* block_getrq: (bio) or (q, bio, rw) */
-MW_BTF_PROG("block_getrq", btf_getrq, handle_getrq_btf((struct bio *)ctx[0]))
-MW_BTF_PROG("block_getrq", btf_getrq_q, handle_getrq_btf((struct bio *)ctx[1]))
+MW_BTF_PROG("block_getrq", btf_getrq, handle_getrq_btf(&run_, (struct bio *)ctx[0]))
+MW_BTF_PROG("block_getrq", btf_getrq_q, handle_getrq_btf(&run_, (struct bio *)ctx[1]))
 /* block_bio_remap: (bio, dev, from) or (q, bio, dev, from) */
-MW_BTF_PROG("block_bio_remap", btf_bio_remap, handle_bio_remap_btf((struct bio *)ctx[0], (__u32)ctx[1], ctx[2]))
-MW_BTF_PROG("block_bio_remap", btf_bio_remap_q, handle_bio_remap_btf((struct bio *)ctx[1], (__u32)ctx[2], ctx[3]))
+MW_BTF_PROG_PLAIN("block_bio_remap", btf_bio_remap, handle_bio_remap_btf((struct bio *)ctx[0], (__u32)ctx[1], ctx[2]))
+MW_BTF_PROG_PLAIN("block_bio_remap", btf_bio_remap_q, handle_bio_remap_btf((struct bio *)ctx[1], (__u32)ctx[2], ctx[3]))
 
-MW_RAW_PROG("block_rq_insert", raw_rq_insert, handle_rq_insert_raw((struct request *)ctx[0]))
-MW_RAW_PROG("block_rq_insert", raw_rq_insert_q, handle_rq_insert_raw((struct request *)ctx[1]))
-MW_RAW_PROG("block_rq_issue", raw_rq_issue, handle_rq_issue_raw((struct request *)ctx[0]))
-MW_RAW_PROG("block_rq_issue", raw_rq_issue_q, handle_rq_issue_raw((struct request *)ctx[1]))
-MW_RAW_PROG("block_rq_requeue", raw_rq_requeue, handle_rq_requeue_raw((struct request *)ctx[0]))
-MW_RAW_PROG("block_rq_requeue", raw_rq_requeue_q, handle_rq_requeue_raw((struct request *)ctx[1]))
-MW_RAW_PROG("block_rq_complete", raw_rq_complete, handle_rq_complete_raw((void *)ctx[0], (__u32)ctx[2]))
-MW_RAW_PROG("block_bio_backmerge", raw_bio_backmerge, handle_bio_merge_raw((struct bio *)ctx[0], true))
-MW_RAW_PROG("block_bio_backmerge", raw_bio_backmerge_q, handle_bio_merge_raw((struct bio *)ctx[2], true))
-MW_RAW_PROG("block_bio_frontmerge", raw_bio_frontmerge, handle_bio_merge_raw((struct bio *)ctx[0], false))
-MW_RAW_PROG("block_bio_frontmerge", raw_bio_frontmerge_q, handle_bio_merge_raw((struct bio *)ctx[2], false))
-MW_RAW_PROG("block_bio_queue", raw_bio_queue, handle_bio_queue_raw((struct bio *)ctx[0]))
-MW_RAW_PROG("block_bio_queue", raw_bio_queue_q, handle_bio_queue_raw((struct bio *)ctx[1]))
-MW_RAW_PROG("block_getrq", raw_getrq, handle_getrq_raw((struct bio *)ctx[0]))
-MW_RAW_PROG("block_getrq", raw_getrq_q, handle_getrq_raw((struct bio *)ctx[1]))
-MW_RAW_PROG("block_bio_remap", raw_bio_remap, handle_bio_remap_raw((struct bio *)ctx[0], (__u32)ctx[1], ctx[2]))
-MW_RAW_PROG("block_bio_remap", raw_bio_remap_q, handle_bio_remap_raw((struct bio *)ctx[1], (__u32)ctx[2], ctx[3]))
+MW_RAW_PROG("block_rq_insert", raw_rq_insert, handle_rq_insert_raw(&run_, (struct request *)ctx[0]))
+MW_RAW_PROG("block_rq_insert", raw_rq_insert_q, handle_rq_insert_raw(&run_, (struct request *)ctx[1]))
+MW_RAW_PROG("block_rq_issue", raw_rq_issue, handle_rq_issue_raw(&run_, (struct request *)ctx[0]))
+MW_RAW_PROG("block_rq_issue", raw_rq_issue_q, handle_rq_issue_raw(&run_, (struct request *)ctx[1]))
+MW_RAW_PROG("block_rq_requeue", raw_rq_requeue, handle_rq_requeue_raw(&run_, (struct request *)ctx[0]))
+MW_RAW_PROG("block_rq_requeue", raw_rq_requeue_q, handle_rq_requeue_raw(&run_, (struct request *)ctx[1]))
+MW_RAW_PROG("block_rq_complete", raw_rq_complete, handle_rq_complete_raw(&run_, (void *)ctx[0], (__u32)ctx[2]))
+MW_RAW_PROG_PLAIN("block_bio_backmerge", raw_bio_backmerge, handle_bio_merge_raw((struct bio *)ctx[0], true))
+MW_RAW_PROG_PLAIN("block_bio_backmerge", raw_bio_backmerge_q, handle_bio_merge_raw((struct bio *)ctx[2], true))
+MW_RAW_PROG_PLAIN("block_bio_frontmerge", raw_bio_frontmerge, handle_bio_merge_raw((struct bio *)ctx[0], false))
+MW_RAW_PROG_PLAIN("block_bio_frontmerge", raw_bio_frontmerge_q, handle_bio_merge_raw((struct bio *)ctx[2], false))
+MW_RAW_PROG_PLAIN("block_bio_queue", raw_bio_queue, handle_bio_queue_raw((struct bio *)ctx[0]))
+MW_RAW_PROG_PLAIN("block_bio_queue", raw_bio_queue_q, handle_bio_queue_raw((struct bio *)ctx[1]))
+MW_RAW_PROG("block_getrq", raw_getrq, handle_getrq_raw(&run_, (struct bio *)ctx[0]))
+MW_RAW_PROG("block_getrq", raw_getrq_q, handle_getrq_raw(&run_, (struct bio *)ctx[1]))
+MW_RAW_PROG_PLAIN("block_bio_remap", raw_bio_remap, handle_bio_remap_raw((struct bio *)ctx[0], (__u32)ctx[1], ctx[2]))
+MW_RAW_PROG_PLAIN("block_bio_remap", raw_bio_remap_q, handle_bio_remap_raw((struct bio *)ctx[1], (__u32)ctx[2], ctx[3]))
