@@ -334,6 +334,7 @@ static __always_inline int MW_FN(handle_rq_insert)(const struct mw_run *run, str
 static __always_inline int MW_FN(handle_rq_issue)(const struct mw_run *run, struct request *rq)
 {
 	struct mw_dev_key key = {};
+	struct gendisk *disk;
 	struct mw_dev_stats *stats;
 	struct mw_inflight *slot;
 	__u32 op, bytes;
@@ -348,7 +349,8 @@ static __always_inline int MW_FN(handle_rq_issue)(const struct mw_run *run, stru
 		count_event(MW_CNT_PASSTHROUGH);
 		return 0;
 	}
-	stats = MW_FN(stats_for_key)(MW_FN(mw_rq_disk)(rq), op, &key);
+	disk = MW_FN(mw_rq_disk)(rq);
+	stats = MW_FN(stats_for_key)(disk, op, &key);
 	bytes = MW_READ(rq, __data_len);
 	now = bpf_ktime_get_ns();
 	slot = inflight_slot(run, rq, now, true);
@@ -394,7 +396,7 @@ static __always_inline int MW_FN(handle_rq_issue)(const struct mw_run *run, stru
 	}
 	slot->major = key.major;
 	slot->minor = key.minor;
-	slot->op = key.op;
+	slot->op = disk ? key.op : MW_SLOT_NO_DISK;
 	slot->diskseq = key.diskseq;
 	slot->issue_ns = now;
 	return 0;
@@ -410,22 +412,30 @@ static __always_inline int MW_FN(handle_rq_requeue)(const struct mw_run *run, st
 	return 0;
 }
 
-/* The final completion: device time from the last dispatch. */
+/*
+ * The final completion: device time from the last dispatch, counted for the device and op the
+ * dispatch decided and kept in the slot (the request is not read again for them).
+ */
 static __always_inline int MW_FN(handle_rq_complete)(const struct mw_run *run, struct request *rq, __u32 nr_bytes)
 {
+	struct mw_dev_key key = {};
 	struct mw_dev_stats *stats;
 	struct mw_inflight *slot;
-	__u64 now, issue_ns;
+	__u64 now, issue_ns = 0;
 	__u32 op;
 
-	op = MW_READ(rq, cmd_flags) & MW_REQ_OP_MASK;
 	slot = inflight_slot(run, rq, 0, false);
-	/* Partial completions fire too (nr_bytes < remaining bytes): wait for the last one. */
-	if (slot && nr_bytes < MW_READ(rq, __data_len))
-		return 0;
-	issue_ns = slot ? slot->issue_ns : 0;
-	if (slot)
+	if (slot) {
+		/* Partial completions fire too (nr_bytes < remaining bytes): wait for the last one. */
+		if (nr_bytes < MW_READ(rq, __data_len))
+			return 0;
+		issue_ns = slot->issue_ns;
+		key.major = slot->major;
+		key.minor = slot->minor;
+		key.op = slot->op;
+		key.diskseq = slot->diskseq;
 		slot->rq = 0;
+	}
 	if (!issue_ns) {
 		/*
 		 * A data completion whose dispatch was not seen: in flight at attach, after
@@ -437,12 +447,17 @@ static __always_inline int MW_FN(handle_rq_complete)(const struct mw_run *run, s
 		 * (blk_flush_complete_seq() -> blk_mq_end_request() on a request with no bytes
 		 * left; measured with bpftrace on an O_DSYNC run: 8159 of 8192 writes).
 		 */
+		op = MW_READ(rq, cmd_flags) & MW_REQ_OP_MASK;
 		if (op != MW_OP_FLUSH && !mw_op_is_passthrough(op) && nr_bytes != 0)
 			count_event(MW_CNT_COMPLETE_UNMATCHED);
 		return 0;
 	}
+	if (key.op == MW_SLOT_NO_DISK) {
+		count_event(MW_CNT_NO_DISK);
+		return 0;
+	}
 	now = bpf_ktime_get_ns();
-	stats = MW_FN(stats_for)(MW_FN(mw_rq_disk)(rq), op);
+	stats = MW_FN(stats_of_key)(&key);
 	/*
 	 * Dispatch and completion may read the clock on two CPUs: a completion stamped
 	 * before its dispatch is a skew between them, not a lost request; it is timed at 0.
