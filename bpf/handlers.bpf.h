@@ -36,6 +36,16 @@ static __always_inline struct mw_dev_stats *MW_FN(stats_of_key)(const struct mw_
 }
 
 /* The stats of (disk, op); `key` (may be NULL) receives the key. */
+/* The key of (disk, op): the disk's fields, read once per event and shared by whatever the event counts. */
+static __always_inline void MW_FN(disk_key)(struct gendisk *disk, __u32 op, struct mw_dev_key *key)
+{
+	key->major = MW_READ(disk, major);
+	key->minor = MW_READ(disk, first_minor);
+	key->op = op & MW_REQ_OP_MASK;
+	key->pad = 0;
+	key->diskseq = MW_FN(mw_disk_seq)(disk);
+}
+
 static __always_inline struct mw_dev_stats *MW_FN(stats_for_key)(struct gendisk *disk, __u32 op,
 								  struct mw_dev_key *key)
 {
@@ -43,11 +53,7 @@ static __always_inline struct mw_dev_stats *MW_FN(stats_for_key)(struct gendisk 
 		count_event(MW_CNT_NO_DISK);
 		return NULL;
 	}
-	key->major = MW_READ(disk, major);
-	key->minor = MW_READ(disk, first_minor);
-	key->op = op & MW_REQ_OP_MASK;
-	key->pad = 0;
-	key->diskseq = MW_FN(mw_disk_seq)(disk);
+	MW_FN(disk_key)(disk, op, key);
 	return MW_FN(stats_of_key)(key);
 }
 
@@ -143,12 +149,16 @@ static __always_inline void MW_FN(bio_side)(const struct mw_run *run, struct bio
 	}
 }
 
+/*
+ * The limits a merge candidate is judged by, but virt_boundary_mask, which block_getrq read for the
+ * bio already. max_write_zeroes_sectors is left 0: write zeroes is never mergeable
+ * (mw_back_merge_verdict() refuses the op before any size limit), so it was read for nothing.
+ */
 static __always_inline void MW_FN(queue_limits)(struct request_queue *q, struct mw_merge_limits *lim)
 {
-	lim->virt_boundary_mask = MW_READ(q, limits.virt_boundary_mask);
 	lim->max_sectors = MW_READ(q, limits.max_sectors);
 	lim->max_discard_sectors = MW_READ(q, limits.max_discard_sectors);
-	lim->max_write_zeroes_sectors = MW_READ(q, limits.max_write_zeroes_sectors);
+	lim->max_write_zeroes_sectors = 0;
 	lim->chunk_sectors = MW_READ(q, limits.chunk_sectors);
 	lim->max_segments = MW_READ(q, limits.max_segments);
 	lim->max_discard_segments = MW_READ(q, limits.max_discard_segments);
@@ -173,7 +183,7 @@ static __always_inline bool MW_FN(still_queued)(__u64 rq)
  * request in the queue's scheduler, and did not. The request it becomes is recorded as
  * the next candidate either way.
  */
-static __always_inline bool MW_FN(missed_merge)(const struct mw_run *run, struct bio *bio, struct gendisk *disk, struct request_queue *q,
+static __always_inline bool MW_FN(missed_merge)(const struct mw_run *run, struct bio *bio, struct request_queue *q,
 						__u32 opf, struct mw_getrq_evidence *ev)
 {
 	__u32 queue_id = (__u32)MW_READ(q, id) + 1, zero = 0;
@@ -184,7 +194,6 @@ static __always_inline bool MW_FN(missed_merge)(const struct mw_run *run, struct
 	struct mw_merge_side b = {};
 	struct sched_entry *cand = NULL, *scratch;
 	struct plug_slot *slot;
-	struct mw_dev_stats *stats;
 	__u32 plug_count = 0, gen_index = plug_gen_index(plug_id);
 	struct mw_plug_gen *gen = NULL;
 	bool has_elevator = MW_READ(q, elevator) != NULL;
@@ -196,6 +205,7 @@ static __always_inline bool MW_FN(missed_merge)(const struct mw_run *run, struct
 		return false;
 	lim.virt_boundary_mask = MW_READ(q, limits.virt_boundary_mask);
 	MW_FN(bio_side)(run, bio, opf, lim.virt_boundary_mask != 0, MW_READ(q, limits.max_segment_size), &b);
+	ev->sector = b.sector;
 	ev->bytes = (__u64)b.sectors << 9;
 	if (plug) {
 		plug_count = MW_FN(mw_plug_rq_count)(plug);
@@ -240,12 +250,6 @@ static __always_inline bool MW_FN(missed_merge)(const struct mw_run *run, struct
 			ev->missed = 1;
 			ev->run_started = !cand->missed;
 			ev->run_bytes = (ev->run_started ? (__u64)cand->run.sectors << 9 : 0) + ((__u64)b.sectors << 9);
-			stats = MW_FN(stats_for)(disk, b.op);
-			if (stats) {
-				stats->missed_merges++;
-				stats->missed_merge_runs += ev->run_started;
-				stats->missed_merge_run_bytes += ev->run_bytes;
-			}
 			mw_merge_side_append(&cand->run, &b);
 			slot->run = cand->run;
 			slot->missed = 1;
@@ -468,16 +472,18 @@ static __always_inline int MW_FN(handle_rq_complete)(const struct mw_run *run, s
 	return 0;
 }
 
-static __always_inline struct mw_origin_stats *MW_FN(origin_stats_of)(struct bio *bio, struct gendisk *disk, __u32 op);
+static __always_inline struct mw_origin_stats *MW_FN(origin_stats_of)(const struct mw_dev_key *disk_key,
+									  __u64 sector);
 
 static __always_inline int MW_FN(handle_bio_merge)(struct bio *bio, bool back)
 {
 	struct gendisk *disk = MW_FN(mw_bio_disk)(bio);
 	struct mw_origin_stats *origin;
 	struct mw_dev_stats *stats;
+	struct mw_dev_key key = {};
 	__u32 opf = MW_READ(bio, bi_opf);
 
-	stats = MW_FN(stats_for)(disk, opf);
+	stats = MW_FN(stats_for_key)(disk, opf, &key);
 	if (!stats)
 		return 0;
 	if (back)
@@ -486,7 +492,7 @@ static __always_inline int MW_FN(handle_bio_merge)(struct bio *bio, bool back)
 		stats->front_merges++;
 	/* A remapped bio that merged: merging works for its upper device (per-pair merge share). */
 	if (remaps_seen) {
-		origin = MW_FN(origin_stats_of)(bio, disk, opf & MW_REQ_OP_MASK);
+		origin = MW_FN(origin_stats_of)(&key, MW_READ(bio, bi_iter.bi_sector));
 		if (origin)
 			origin->merges++;
 	}
@@ -569,20 +575,19 @@ static __always_inline int MW_FN(handle_bio_remap)(struct bio *bio, __u32 from_d
 /*
  * The evidence slot of the (disk, origin) pair of a bio that came down a remap chain, taking the
  * chain's last hop (a request, or a merge into one, ends the chain); NULL if the bio was not remapped.
+ * `disk_key` is the disk's key as the event built it (its major:minor is the dev_t the last hop was
+ * keyed by, mw_bio_disk_devt()), `sector` the bio's: nothing of the disk or the bio is read again.
  */
-static __always_inline struct mw_origin_stats *MW_FN(origin_stats_of)(struct bio *bio, struct gendisk *disk, __u32 op)
+static __always_inline struct mw_origin_stats *MW_FN(origin_stats_of)(const struct mw_dev_key *disk_key,
+									  __u64 sector)
 {
-	struct remap_key at = {};
+	struct remap_key at = { .devt = MW_MKDEV(disk_key->major, disk_key->minor), .sector = sector };
 	struct mw_origin_key key = {};
 	struct mw_origin_stats *stats;
 	static const struct mw_origin_stats zero;
 	struct remap_link *link;
 	__u32 origin;
 
-	if (!disk)
-		return NULL;
-	at.devt = MW_FN(mw_bio_disk_devt)(bio);
-	at.sector = MW_READ(bio, bi_iter.bi_sector);
 	link = bpf_map_lookup_elem(&remap_origin, &at);
 	if (!link)
 		return NULL;
@@ -593,10 +598,10 @@ static __always_inline struct mw_origin_stats *MW_FN(origin_stats_of)(struct bio
 	key.origin_major = origin >> MW_MINORBITS;
 	key.origin_minor = origin & ((1u << MW_MINORBITS) - 1);
 	bpf_map_delete_elem(&remap_origin, &at);
-	key.major = MW_READ(disk, major);
-	key.minor = MW_READ(disk, first_minor);
-	key.op = op;
-	key.diskseq = MW_FN(mw_disk_seq)(disk);
+	key.major = disk_key->major;
+	key.minor = disk_key->minor;
+	key.op = disk_key->op;
+	key.diskseq = disk_key->diskseq;
 	stats = bpf_map_lookup_elem(&origin_stats, &key);
 	if (stats)
 		return stats;
@@ -615,32 +620,45 @@ static __always_inline struct mw_origin_stats *MW_FN(origin_stats_of)(struct bio
 	return stats;
 }
 
-/* The new request's first bio came down a remap chain: count it for the chain's origin. */
-static __always_inline void MW_FN(count_origin)(struct bio *bio, struct gendisk *disk, __u32 op,
-						const struct mw_getrq_evidence *ev)
-{
-	struct mw_origin_stats *stats = MW_FN(origin_stats_of)(bio, disk, op);
-
-	if (!stats)
-		return;
-	stats->requests++;
-	stats->request_bytes += ev->bytes;
-	stats->missed_merges += ev->missed;
-	stats->missed_merge_runs += ev->run_started;
-	stats->missed_merge_run_bytes += ev->run_bytes;
-}
-
+/*
+ * block_getrq: the missed-merge rules, then what they found counted for the disk (a missed merge)
+ * and for the chain's origin (a remapped bio). The disk's key is built once, and only when
+ * something is counted: a request that is neither reads nothing of the disk but its queue.
+ */
 static __always_inline int MW_FN(handle_getrq)(const struct mw_run *run, struct bio *bio)
 {
 	struct gendisk *disk = MW_FN(mw_bio_disk)(bio);
 	struct mw_getrq_evidence ev = {};
+	struct mw_origin_stats *origin;
+	struct mw_dev_stats *stats;
+	struct mw_dev_key key;
 	__u32 opf;
 
 	if (!disk)
 		return 0;
 	opf = MW_READ(bio, bi_opf);
-	MW_FN(missed_merge)(run, bio, disk, MW_READ(disk, queue), opf, &ev);
-	if (remaps_seen)
-		MW_FN(count_origin)(bio, disk, opf & MW_REQ_OP_MASK, &ev);
+	MW_FN(missed_merge)(run, bio, MW_READ(disk, queue), opf, &ev);
+	if (!ev.missed && !remaps_seen)
+		return 0;
+	MW_FN(disk_key)(disk, opf, &key);
+	if (ev.missed) {
+		stats = MW_FN(stats_of_key)(&key);
+		if (stats) {
+			stats->missed_merges++;
+			stats->missed_merge_runs += ev.run_started;
+			stats->missed_merge_run_bytes += ev.run_bytes;
+		}
+	}
+	/* The new request's first bio came down a remap chain: count it for the chain's origin. */
+	if (remaps_seen) {
+		origin = MW_FN(origin_stats_of)(&key, ev.sector);
+		if (origin) {
+			origin->requests++;
+			origin->request_bytes += ev.bytes;
+			origin->missed_merges += ev.missed;
+			origin->missed_merge_runs += ev.run_started;
+			origin->missed_merge_run_bytes += ev.run_bytes;
+		}
+	}
 	return 0;
 }

@@ -286,6 +286,7 @@ struct {
 
 /* What block_getrq found, for the origin's share of the evidence (count_origin()). */
 struct mw_getrq_evidence {
+	__u64 sector;         /* the bio's first sector */
 	__u64 bytes;          /* the bio's bytes */
 	__u64 run_bytes;      /* bytes added to missed_merge_run_bytes */
 	__u32 missed;         /* a missed merge */
