@@ -186,22 +186,21 @@ static __always_inline bool MW_FN(still_queued)(__u64 rq)
 static __always_inline bool MW_FN(missed_merge)(const struct mw_run *run, struct bio *bio, struct request_queue *q,
 						__u32 opf, struct mw_getrq_evidence *ev)
 {
-	__u32 queue_id = (__u32)MW_READ(q, id) + 1, zero = 0;
+	__u32 queue_id = (__u32)MW_READ(q, id) + 1;
 	struct blk_plug *plug = MW_FN(current_plug)();
 	__u64 plug_id = pointer_value(run, plug);
 	__u32 index = plug_slot_index(plug_id, queue_id);
 	struct mw_merge_limits lim = {};
 	struct mw_merge_side b = {};
-	struct sched_entry *cand = NULL, *scratch;
 	struct plug_slot *slot;
+	bool cand = false;
 	__u32 plug_count = 0, gen_index = plug_gen_index(plug_id);
 	struct mw_plug_gen *gen = NULL;
 	bool has_elevator = MW_READ(q, elevator) != NULL;
 	struct mw_nest *nest = run->nest;
 
 	slot = bpf_map_lookup_elem(&plug_slots, &index);
-	scratch = bpf_map_lookup_elem(&sched_scratch, &zero);
-	if (!slot || !scratch)
+	if (!slot)
 		return false;
 	lim.virt_boundary_mask = MW_READ(q, limits.virt_boundary_mask);
 	MW_FN(bio_side)(run, bio, opf, lim.virt_boundary_mask != 0, MW_READ(q, limits.max_segment_size), &b);
@@ -221,20 +220,22 @@ static __always_inline bool MW_FN(missed_merge)(const struct mw_run *run, struct
 			mw_plug_gen_observe(gen, plug_count);
 	}
 
-	scratch->missed = 0;
+	/*
+	 * The candidate is judged where it will stay: in the plug slot, which the new request takes
+	 * over either way (its own run if no merge was missed, else the candidate's run grown by it).
+	 * The plug's candidate is already there; a scheduler's is copied in. No scratch copy each way.
+	 */
 	if (gen && slot->plug == plug_id && slot->queue_id == queue_id && mw_plug_gen_holds(gen, slot->seq) &&
 	    slot->run.sector + slot->run.sectors == b.sector) {
-		scratch->run = slot->run;
-		scratch->missed = slot->missed;
-		cand = scratch;
+		cand = true;
 	} else if (has_elevator) {
 		struct sched_key key = { .queue_id = queue_id, .end_sector = b.sector };
 		struct sched_entry *queued = bpf_map_lookup_elem(&sched_queued, &key);
 
 		if (queued && MW_FN(still_queued)(queued->rq)) {
-			scratch->run = queued->run;
-			scratch->missed = queued->missed;
-			cand = scratch;
+			slot->run = queued->run;
+			slot->missed = queued->missed;
+			cand = true;
 		}
 	}
 
@@ -246,12 +247,11 @@ static __always_inline bool MW_FN(missed_merge)(const struct mw_run *run, struct
 		nest->plug_seq_high = gen->next_seq;
 	if (cand) {
 		MW_FN(queue_limits)(q, &lim);
-		if (mw_back_merge_verdict(&cand->run, &b, &lim) == MW_MERGE_OK) {
+		if (mw_back_merge_verdict(&slot->run, &b, &lim) == MW_MERGE_OK) {
 			ev->missed = 1;
-			ev->run_started = !cand->missed;
-			ev->run_bytes = (ev->run_started ? (__u64)cand->run.sectors << 9 : 0) + ((__u64)b.sectors << 9);
-			mw_merge_side_append(&cand->run, &b);
-			slot->run = cand->run;
+			ev->run_started = !slot->missed;
+			ev->run_bytes = (ev->run_started ? (__u64)slot->run.sectors << 9 : 0) + ((__u64)b.sectors << 9);
+			mw_merge_side_append(&slot->run, &b);
 			slot->missed = 1;
 			return true;
 		}

@@ -328,7 +328,7 @@ struct {
 	__type(value, struct sched_entry);
 } sched_queued SEC(".maps");
 
-/* Scratch for building a new slot's or entry's value: too large for the BPF stack twice. */
+/* Scratch for building a scheduler entry (enter_scheduler): too large for the BPF stack beside the rest. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
