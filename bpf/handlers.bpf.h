@@ -353,6 +353,7 @@ static __always_inline int MW_FN(handle_rq_issue)(const struct mw_run *run, stru
 		count_event(MW_CNT_PASSTHROUGH);
 		return 0;
 	}
+	inflight_prefetch(pointer_value(run, rq));
 	disk = MW_FN(mw_rq_disk)(rq);
 	stats = MW_FN(stats_for_key)(disk, op, &key);
 	bytes = MW_READ(rq, __data_len);
@@ -425,10 +426,13 @@ static __always_inline int MW_FN(handle_rq_complete)(const struct mw_run *run, s
 	struct mw_dev_key key = {};
 	struct mw_dev_stats *stats;
 	struct mw_inflight *slot;
-	__u64 now, issue_ns = 0;
+	__u64 now, issue_ns = 0, rqv = pointer_value(run, rq);
 	__u32 op;
 
-	slot = inflight_slot(run, rq, 0, false);
+	/* The slot's line comes over from the dispatching CPU while the clock is read. */
+	inflight_prefetch(rqv);
+	now = bpf_ktime_get_ns();
+	slot = inflight_slot_of(rqv, 0, false);
 	if (slot) {
 		/* Partial completions fire too (nr_bytes < remaining bytes): wait for the last one. */
 		if (nr_bytes < MW_READ(rq, __data_len))
@@ -460,7 +464,6 @@ static __always_inline int MW_FN(handle_rq_complete)(const struct mw_run *run, s
 		count_event(MW_CNT_NO_DISK);
 		return 0;
 	}
-	now = bpf_ktime_get_ns();
 	stats = MW_FN(stats_of_key)(&key);
 	/*
 	 * Dispatch and completion may read the clock on two CPUs: a completion stamped
