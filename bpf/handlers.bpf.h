@@ -199,16 +199,14 @@ static __always_inline bool MW_FN(missed_merge)(const struct mw_run *run, struct
 	bool has_elevator = MW_READ(q, elevator) != NULL;
 	struct mw_nest *nest = run->nest;
 
-	slot = bpf_map_lookup_elem(&plug_slots, &index);
-	if (!slot)
-		return false;
+	slot = &nest->plug_slots[index & (MW_PLUG_SLOTS - 1)];
 	lim.virt_boundary_mask = MW_READ(q, limits.virt_boundary_mask);
 	MW_FN(bio_side)(run, bio, opf, lim.virt_boundary_mask != 0, MW_READ(q, limits.max_segment_size), &b);
 	ev->sector = b.sector;
 	ev->bytes = (__u64)b.sectors << 9;
 	if (plug) {
 		plug_count = MW_FN(mw_plug_rq_count)(plug);
-		gen = bpf_map_lookup_elem(&plug_gens, &gen_index);
+		gen = &nest->plug_gens[gen_index & (MW_PLUG_SLOTS - 1)];
 		/*
 		 * A new (or evicted and re-created) plug state starts above every number this CPU gave
 		 * out, so no plug slot recorded before can be in it. That was the clock until the state
@@ -277,11 +275,11 @@ static __always_inline void MW_FN(enter_scheduler)(const struct mw_run *run, str
 	__u32 sectors = MW_READ(rq, __data_len) >> 9;
 	struct sched_key key = { .queue_id = queue_id, .end_sector = start + sectors };
 	struct sched_entry *entry = bpf_map_lookup_elem(&sched_scratch, &zero);
-	struct plug_slot *slot = bpf_map_lookup_elem(&plug_slots, &index);
+	struct plug_slot *slot = &run->nest->plug_slots[index & (MW_PLUG_SLOTS - 1)];
 	struct bio *first;
 	__u32 opf;
 
-	if (!entry || !slot)
+	if (!entry)
 		return;
 	entry->rq = pointer_value(run, rq);
 	if (slot->queue_id == queue_id && slot->run.sector + slot->run.sectors == key.end_sector &&

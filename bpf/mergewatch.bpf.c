@@ -97,6 +97,21 @@ const volatile __u32 inflight_slot_bits = 16;
  */
 #define MW_NEST_LEVELS 8 /* task, softirq, hardirq, NMI: 4 would do; the mask keeps it in bounds */
 
+/* A plug slot of the missed-merge evidence (see "Missed merges" below). */
+struct plug_slot {
+	__u64 plug;     /* struct blk_plug pointer of the task; 0: the request was not plugged */
+	__u64 seq;      /* the request's number in its plug (mw_plug_gen_add()) */
+	__u32 queue_id; /* request_queue->id + 1; 0 = never used */
+	__u32 missed;   /* the run already holds a missed merge (counted in missed_merge_runs) */
+	struct mw_merge_side run; /* the request as merging would have built it */
+};
+
+#define MW_PLUG_SLOTS 16
+
+/*
+ * Everything this object keeps per CPU, in one value: one lookup per program run (MW_NESTED) reaches
+ * the nesting cells and block_getrq's plug state, which were three maps and three lookups.
+ */
 struct mw_nest {
 	__u32 depth; /* programs of this object running on this CPU, the current one included */
 	__u32 pad;
@@ -106,6 +121,8 @@ struct mw_nest {
 	 * starts when it is created or re-created, so that it never holds a number recorded before.
 	 */
 	__u64 plug_seq_high;
+	struct mw_plug_gen plug_gens[MW_PLUG_SLOTS]; /* by plug_gen_index() */
+	struct plug_slot plug_slots[MW_PLUG_SLOTS];  /* by plug_slot_index() */
 };
 
 struct {
@@ -285,27 +302,13 @@ struct {
  *    that request inserted and not issued), so an entry left by a request that was merged
  *    away or grew by a back merge can never count.
  */
-struct plug_slot {
-	__u64 plug;     /* struct blk_plug pointer of the task; 0: the request was not plugged */
-	__u64 seq;      /* the request's number in its plug (mw_plug_gen_add()) */
-	__u32 queue_id; /* request_queue->id + 1; 0 = never used */
-	__u32 missed;   /* the run already holds a missed merge (counted in missed_merge_runs) */
-	struct mw_merge_side run; /* the request as merging would have built it */
-};
-
-#define MW_PLUG_SLOTS 16
 
 static __always_inline __u32 plug_slot_index(__u64 plug_id, __u32 queue_id)
 {
 	return (__u32)((plug_id >> 14) ^ (plug_id >> 24) ^ queue_id) & (MW_PLUG_SLOTS - 1);
 }
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, MW_PLUG_SLOTS);
-	__type(key, __u32);
-	__type(value, struct plug_slot);
-} plug_slots SEC(".maps");
+/* The slots are per CPU in mw_nest.plug_slots. */
 
 /* What block_getrq found, for the origin's share of the evidence (count_origin()). */
 struct mw_getrq_evidence {
@@ -322,12 +325,7 @@ static __always_inline __u32 plug_gen_index(__u64 plug_id)
 	return (__u32)((plug_id >> 14) ^ (plug_id >> 24)) & (MW_PLUG_SLOTS - 1);
 }
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, MW_PLUG_SLOTS);
-	__type(key, __u32);
-	__type(value, struct mw_plug_gen);
-} plug_gens SEC(".maps");
+/* The generation counts are per CPU in mw_nest.plug_gens. */
 
 struct sched_key {
 	__u32 queue_id;
