@@ -218,10 +218,10 @@ static __always_inline __u32 inflight_way0(__u64 rq)
 
 /*
  * Touch both ways of request `rq` and go on: a slot was last written by the CPU that completed or
- * dispatched its request, so the first load of it waits for the line to come over from that CPU.
- * Started before the device lookup, the transfer overlaps it (perf: the slot's first load was 40-50%
- * of block_rq_issue's and block_rq_complete's samples). The loads are discarded: inflight_slot_of()
- * reads the slot again, so nothing is decided on a value that may have changed meanwhile.
+ * dispatched its request, so the first load of it waits for the line to come over from that CPU
+ * (perf on randread: 40-50% of block_rq_issue's and block_rq_complete's samples). block_rq_issue
+ * starts it before the device lookup, which can run meanwhile. The loads are discarded:
+ * inflight_slot_of() reads the slot again, so nothing is decided on a value that may have changed.
  */
 static __always_inline void inflight_prefetch(__u64 rq)
 {
