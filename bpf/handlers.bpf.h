@@ -36,6 +36,16 @@ static __always_inline struct mw_dev_stats *MW_FN(stats_of_key)(const struct mw_
 }
 
 /* The stats of (disk, op); `key` (may be NULL) receives the key. */
+/* The key of (disk, op): the disk's fields, read once per event and shared by whatever the event counts. */
+static __always_inline void MW_FN(disk_key)(struct gendisk *disk, __u32 op, struct mw_dev_key *key)
+{
+	key->major = MW_READ(disk, major);
+	key->minor = MW_READ(disk, first_minor);
+	key->op = op & MW_REQ_OP_MASK;
+	key->pad = 0;
+	key->diskseq = MW_FN(mw_disk_seq)(disk);
+}
+
 static __always_inline struct mw_dev_stats *MW_FN(stats_for_key)(struct gendisk *disk, __u32 op,
 								  struct mw_dev_key *key)
 {
@@ -43,11 +53,7 @@ static __always_inline struct mw_dev_stats *MW_FN(stats_for_key)(struct gendisk 
 		count_event(MW_CNT_NO_DISK);
 		return NULL;
 	}
-	key->major = MW_READ(disk, major);
-	key->minor = MW_READ(disk, first_minor);
-	key->op = op & MW_REQ_OP_MASK;
-	key->pad = 0;
-	key->diskseq = MW_FN(mw_disk_seq)(disk);
+	MW_FN(disk_key)(disk, op, key);
 	return MW_FN(stats_of_key)(key);
 }
 
@@ -64,7 +70,8 @@ static __always_inline struct mw_dev_stats *MW_FN(stats_for)(struct gendisk *dis
  * is refused), a helper call: on a queue with a virt boundary (NVMe) that was two calls per bio
  * for the first and the last bvec, where a 4 KiB bio has only one.
  */
-static __always_inline void MW_FN(read_bvec)(struct bio *bio, __u32 index, struct bio_vec *out)
+static __always_inline void MW_FN(read_bvec)(const struct mw_run *run, struct bio *bio, __u32 index,
+					      struct bio_vec *out)
 {
 	struct bio_vec *vec = MW_READ(bio, bi_io_vec);
 	__u64 base;
@@ -78,7 +85,7 @@ static __always_inline void MW_FN(read_bvec)(struct bio *bio, __u32 index, struc
 		out->bv_len = MW_READ(vec, bv_len);
 		return;
 	}
-	base = pointer_value(vec);
+	base = pointer_value(run, vec);
 	bpf_probe_read_kernel(out, sizeof(*out), (void *)(base + (__u64)index * sizeof(struct bio_vec)));
 }
 
@@ -88,7 +95,7 @@ static __always_inline void MW_FN(read_bvec)(struct bio *bio, __u32 index, struc
  * The bio as one side of a merge (merge_rules.h). `need_offsets`: the queue has a virt
  * boundary, so where the data starts and ends in its pages matters.
  */
-static __always_inline void MW_FN(bio_side)(struct bio *bio, __u32 opf, bool need_offsets, __u32 max_segment_size,
+static __always_inline void MW_FN(bio_side)(const struct mw_run *run, struct bio *bio, __u32 opf, bool need_offsets, __u32 max_segment_size,
 					    struct mw_merge_side *b)
 {
 	struct bio___with_crypt *crypt = (void *)bio;
@@ -109,7 +116,7 @@ static __always_inline void MW_FN(bio_side)(struct bio *bio, __u32 opf, bool nee
 		b->write_hint = (__u32)MW_READ_BITFIELD(hinted, bi_write_hint);
 	b->blkg = 0;
 	if (bpf_core_field_exists(grouped->bi_blkg))
-		b->blkg = pointer_value(MW_READ(grouped, bi_blkg));
+		b->blkg = pointer_value(run, MW_READ(grouped, bi_blkg));
 	if (bpf_core_field_exists(crypt->bi_crypt_context) && MW_READ(crypt, bi_crypt_context))
 		b->flags |= MW_F_CRYPT;
 	b->first_offset = 0;
@@ -128,13 +135,13 @@ static __always_inline void MW_FN(bio_side)(struct bio *bio, __u32 opf, bool nee
 		b->segments = mw_whole_bio_segments(vcnt, bytes, max_segment_size);
 		return;
 	}
-	MW_FN(read_bvec)(bio, idx, &bv);
+	MW_FN(read_bvec)(run, bio, idx, &bv);
 	b->first_offset = bv.bv_offset + done;
 	b->segments = whole ? mw_whole_bio_segments(vcnt, bytes, max_segment_size)
 			    : ((b->first_offset & (MW_PAGE_SIZE - 1)) + bytes + MW_PAGE_SIZE - 1) / MW_PAGE_SIZE;
 	if (whole) {
 		if (vcnt > 1) /* else the last bvec is the first, read above */
-			MW_FN(read_bvec)(bio, vcnt - 1, &bv);
+			MW_FN(read_bvec)(run, bio, vcnt - 1, &bv);
 		b->last_end = bv.bv_offset + bv.bv_len;
 	} else {
 		/* the last bvec is not at a known index: assume the data runs on contiguously */
@@ -142,12 +149,16 @@ static __always_inline void MW_FN(bio_side)(struct bio *bio, __u32 opf, bool nee
 	}
 }
 
+/*
+ * The limits a merge candidate is judged by, but virt_boundary_mask, which block_getrq read for the
+ * bio already. max_write_zeroes_sectors is left 0: write zeroes is never mergeable
+ * (mw_back_merge_verdict() refuses the op before any size limit), so it was read for nothing.
+ */
 static __always_inline void MW_FN(queue_limits)(struct request_queue *q, struct mw_merge_limits *lim)
 {
-	lim->virt_boundary_mask = MW_READ(q, limits.virt_boundary_mask);
 	lim->max_sectors = MW_READ(q, limits.max_sectors);
 	lim->max_discard_sectors = MW_READ(q, limits.max_discard_sectors);
-	lim->max_write_zeroes_sectors = MW_READ(q, limits.max_write_zeroes_sectors);
+	lim->max_write_zeroes_sectors = 0;
 	lim->chunk_sectors = MW_READ(q, limits.chunk_sectors);
 	lim->max_segments = MW_READ(q, limits.max_segments);
 	lim->max_discard_segments = MW_READ(q, limits.max_discard_segments);
@@ -172,52 +183,57 @@ static __always_inline bool MW_FN(still_queued)(__u64 rq)
  * request in the queue's scheduler, and did not. The request it becomes is recorded as
  * the next candidate either way.
  */
-static __always_inline bool MW_FN(missed_merge)(struct bio *bio, struct gendisk *disk, struct request_queue *q,
+static __always_inline bool MW_FN(missed_merge)(const struct mw_run *run, struct bio *bio, struct request_queue *q,
 						__u32 opf, struct mw_getrq_evidence *ev)
 {
-	__u32 queue_id = (__u32)MW_READ(q, id) + 1, zero = 0;
+	__u32 queue_id = (__u32)MW_READ(q, id) + 1;
 	struct blk_plug *plug = MW_FN(current_plug)();
-	__u64 plug_id = pointer_value(plug);
+	__u64 plug_id = pointer_value(run, plug);
 	__u32 index = plug_slot_index(plug_id, queue_id);
 	struct mw_merge_limits lim = {};
 	struct mw_merge_side b = {};
-	struct sched_entry *cand = NULL, *scratch;
 	struct plug_slot *slot;
-	struct mw_dev_stats *stats;
+	bool cand = false;
 	__u32 plug_count = 0, gen_index = plug_gen_index(plug_id);
 	struct mw_plug_gen *gen = NULL;
 	bool has_elevator = MW_READ(q, elevator) != NULL;
+	struct mw_nest *nest = run->nest;
 
-	slot = bpf_map_lookup_elem(&plug_slots, &index);
-	scratch = bpf_map_lookup_elem(&sched_scratch, &zero);
-	if (!slot || !scratch)
-		return false;
+	slot = &nest->plug_slots[index & (MW_PLUG_SLOTS - 1)];
 	lim.virt_boundary_mask = MW_READ(q, limits.virt_boundary_mask);
-	MW_FN(bio_side)(bio, opf, lim.virt_boundary_mask != 0, MW_READ(q, limits.max_segment_size), &b);
+	MW_FN(bio_side)(run, bio, opf, lim.virt_boundary_mask != 0, MW_READ(q, limits.max_segment_size), &b);
+	ev->sector = b.sector;
 	ev->bytes = (__u64)b.sectors << 9;
 	if (plug) {
 		plug_count = MW_FN(mw_plug_rq_count)(plug);
-		gen = bpf_map_lookup_elem(&plug_gens, &gen_index);
+		gen = &nest->plug_gens[gen_index & (MW_PLUG_SLOTS - 1)];
+		/*
+		 * A new (or evicted and re-created) plug state starts above every number this CPU gave
+		 * out, so no plug slot recorded before can be in it. That was the clock until the state
+		 * thrashed between tasks: a bpf_ktime_get_ns() per new request (BENCHMARKS.md).
+		 */
 		if (gen && gen->plug != plug_id)
-			mw_plug_gen_start(gen, plug_id, bpf_ktime_get_ns());
+			mw_plug_gen_start(gen, plug_id, nest->plug_seq_high);
 		else if (gen)
 			mw_plug_gen_observe(gen, plug_count);
 	}
 
-	scratch->missed = 0;
+	/*
+	 * The candidate is judged where it will stay: in the plug slot, which the new request takes
+	 * over either way (its own run if no merge was missed, else the candidate's run grown by it).
+	 * The plug's candidate is already there; a scheduler's is copied in. No scratch copy each way.
+	 */
 	if (gen && slot->plug == plug_id && slot->queue_id == queue_id && mw_plug_gen_holds(gen, slot->seq) &&
 	    slot->run.sector + slot->run.sectors == b.sector) {
-		scratch->run = slot->run;
-		scratch->missed = slot->missed;
-		cand = scratch;
+		cand = true;
 	} else if (has_elevator) {
 		struct sched_key key = { .queue_id = queue_id, .end_sector = b.sector };
 		struct sched_entry *queued = bpf_map_lookup_elem(&sched_queued, &key);
 
 		if (queued && MW_FN(still_queued)(queued->rq)) {
-			scratch->run = queued->run;
-			scratch->missed = queued->missed;
-			cand = scratch;
+			slot->run = queued->run;
+			slot->missed = queued->missed;
+			cand = true;
 		}
 	}
 
@@ -225,20 +241,15 @@ static __always_inline bool MW_FN(missed_merge)(struct bio *bio, struct gendisk 
 	slot->queue_id = queue_id;
 	/* a PREFLUSH/FUA request goes to blk_insert_flush(), not into the plug */
 	slot->seq = gen ? mw_plug_gen_add(gen, plug_count, !(b.flags & (MW_F_FUA | MW_F_PREFLUSH))) : 0;
+	if (gen && gen->next_seq > nest->plug_seq_high)
+		nest->plug_seq_high = gen->next_seq;
 	if (cand) {
 		MW_FN(queue_limits)(q, &lim);
-		if (mw_back_merge_verdict(&cand->run, &b, &lim) == MW_MERGE_OK) {
+		if (mw_back_merge_verdict(&slot->run, &b, &lim) == MW_MERGE_OK) {
 			ev->missed = 1;
-			ev->run_started = !cand->missed;
-			ev->run_bytes = (ev->run_started ? (__u64)cand->run.sectors << 9 : 0) + ((__u64)b.sectors << 9);
-			stats = MW_FN(stats_for)(disk, b.op);
-			if (stats) {
-				stats->missed_merges++;
-				stats->missed_merge_runs += ev->run_started;
-				stats->missed_merge_run_bytes += ev->run_bytes;
-			}
-			mw_merge_side_append(&cand->run, &b);
-			slot->run = cand->run;
+			ev->run_started = !slot->missed;
+			ev->run_bytes = (ev->run_started ? (__u64)slot->run.sectors << 9 : 0) + ((__u64)b.sectors << 9);
+			mw_merge_side_append(&slot->run, &b);
 			slot->missed = 1;
 			return true;
 		}
@@ -254,22 +265,23 @@ static __always_inline bool MW_FN(missed_merge)(struct bio *bio, struct gendisk 
  * newest being flushed), its run carries over; else the request alone, its layout in
  * pages unknown.
  */
-static __always_inline void MW_FN(enter_scheduler)(struct request *rq, struct request_queue *q)
+static __always_inline void MW_FN(enter_scheduler)(const struct mw_run *run, struct request *rq,
+						   struct request_queue *q)
 {
 	__u32 queue_id = (__u32)MW_READ(q, id) + 1, zero = 0;
 	/* a flush from a plug runs in the plugging task (current->plug is still set) */
-	__u32 index = plug_slot_index(pointer_value(MW_FN(current_plug)()), queue_id);
+	__u32 index = plug_slot_index(pointer_value(run, MW_FN(current_plug)()), queue_id);
 	__u64 start = MW_READ(rq, __sector);
 	__u32 sectors = MW_READ(rq, __data_len) >> 9;
 	struct sched_key key = { .queue_id = queue_id, .end_sector = start + sectors };
 	struct sched_entry *entry = bpf_map_lookup_elem(&sched_scratch, &zero);
-	struct plug_slot *slot = bpf_map_lookup_elem(&plug_slots, &index);
+	struct plug_slot *slot = &run->nest->plug_slots[index & (MW_PLUG_SLOTS - 1)];
 	struct bio *first;
 	__u32 opf;
 
-	if (!entry || !slot)
+	if (!entry)
 		return;
-	entry->rq = pointer_value(rq);
+	entry->rq = pointer_value(run, rq);
 	if (slot->queue_id == queue_id && slot->run.sector + slot->run.sectors == key.end_sector &&
 	    slot->run.sectors >= sectors) {
 		entry->run = slot->run;
@@ -279,7 +291,7 @@ static __always_inline void MW_FN(enter_scheduler)(struct request *rq, struct re
 		if (!first)
 			return;
 		opf = MW_READ(rq, cmd_flags);
-		MW_FN(bio_side)(first, opf, false, 0, &entry->run); /* segments: nr_phys_segments below */
+		MW_FN(bio_side)(run, first, opf, false, 0, &entry->run); /* segments: nr_phys_segments below */
 		entry->run.sector = start;
 		entry->run.sectors = sectors;
 		entry->run.segments = MW_READ(rq, nr_phys_segments);
@@ -289,10 +301,10 @@ static __always_inline void MW_FN(enter_scheduler)(struct request *rq, struct re
 	bpf_map_update_elem(&sched_queued, &key, entry, BPF_ANY);
 }
 
-static __always_inline int MW_FN(handle_rq_insert)(struct request *rq)
+static __always_inline int MW_FN(handle_rq_insert)(const struct mw_run *run, struct request *rq)
 {
 	__u64 now = bpf_ktime_get_ns();
-	struct mw_inflight *slot = inflight_slot(rq, now, true);
+	struct mw_inflight *slot = inflight_slot(run, rq, now, true);
 	struct request_queue *q;
 
 	if (!slot) {
@@ -305,7 +317,7 @@ static __always_inline int MW_FN(handle_rq_insert)(struct request *rq)
 	slot->issue_ns = 0;
 	q = MW_READ(rq, q);
 	if (MW_READ(q, elevator))
-		MW_FN(enter_scheduler)(rq, q);
+		MW_FN(enter_scheduler)(run, rq, q);
 	return 0;
 }
 
@@ -321,9 +333,10 @@ static __always_inline int MW_FN(handle_rq_insert)(struct request *rq)
  * kworker: recursion_misses). Dispatch hardly nests that way, and a skipped completion
  * costs a latency sample here, not a request. Flushes and passthrough commands are not I/O: counted apart.
  */
-static __always_inline int MW_FN(handle_rq_issue)(struct request *rq)
+static __always_inline int MW_FN(handle_rq_issue)(const struct mw_run *run, struct request *rq)
 {
 	struct mw_dev_key key = {};
+	struct gendisk *disk;
 	struct mw_dev_stats *stats;
 	struct mw_inflight *slot;
 	__u32 op, bytes;
@@ -338,10 +351,12 @@ static __always_inline int MW_FN(handle_rq_issue)(struct request *rq)
 		count_event(MW_CNT_PASSTHROUGH);
 		return 0;
 	}
-	stats = MW_FN(stats_for_key)(MW_FN(mw_rq_disk)(rq), op, &key);
+	inflight_prefetch(pointer_value(run, rq));
+	disk = MW_FN(mw_rq_disk)(rq);
+	stats = MW_FN(stats_for_key)(disk, op, &key);
 	bytes = MW_READ(rq, __data_len);
 	now = bpf_ktime_get_ns();
-	slot = inflight_slot(rq, now, true);
+	slot = inflight_slot(run, rq, now, true);
 	if (!slot)
 		count_event(MW_CNT_INFLIGHT_FULL); /* counted, untimed */
 	if (stats && !(slot && slot->requeued))
@@ -384,38 +399,51 @@ static __always_inline int MW_FN(handle_rq_issue)(struct request *rq)
 	}
 	slot->major = key.major;
 	slot->minor = key.minor;
-	slot->op = key.op;
+	slot->op = disk ? key.op : MW_SLOT_NO_DISK;
 	slot->diskseq = key.diskseq;
 	slot->issue_ns = now;
 	return 0;
 }
 
 /* Sent back to be dispatched again: its next dispatch is not a new request. */
-static __always_inline int MW_FN(handle_rq_requeue)(struct request *rq)
+static __always_inline int MW_FN(handle_rq_requeue)(const struct mw_run *run, struct request *rq)
 {
-	struct mw_inflight *slot = inflight_slot(rq, 0, false);
+	struct mw_inflight *slot = inflight_slot(run, rq, 0, false);
 
 	if (slot)
 		slot->requeued = 1;
 	return 0;
 }
 
-/* The final completion: device time from the last dispatch. */
-static __always_inline int MW_FN(handle_rq_complete)(struct request *rq, __u32 nr_bytes)
+/*
+ * The final completion: device time from the last dispatch, counted for the device and op the
+ * dispatch decided and kept in the slot (the request is not read again for them).
+ */
+static __always_inline int MW_FN(handle_rq_complete)(const struct mw_run *run, struct request *rq, __u32 nr_bytes)
 {
+	struct mw_dev_key key = {};
 	struct mw_dev_stats *stats;
 	struct mw_inflight *slot;
-	__u64 now, issue_ns;
+	__u64 now, issue_ns = 0;
 	__u32 op;
 
-	op = MW_READ(rq, cmd_flags) & MW_REQ_OP_MASK;
-	slot = inflight_slot(rq, 0, false);
-	/* Partial completions fire too (nr_bytes < remaining bytes): wait for the last one. */
-	if (slot && nr_bytes < MW_READ(rq, __data_len))
-		return 0;
-	issue_ns = slot ? slot->issue_ns : 0;
-	if (slot)
+	/*
+	 * No inflight_prefetch() here: the first thing the completion needs is the slot (its key), and
+	 * the clock read cannot overlap the slot's transfer (the kernel's TSC read is ordered by LFENCE,
+	 * which waits for it). Tried: the clock first, after a prefetch: no better, in one batch worse.
+	 */
+	slot = inflight_slot(run, rq, 0, false);
+	if (slot) {
+		/* Partial completions fire too (nr_bytes < remaining bytes): wait for the last one. */
+		if (nr_bytes < MW_READ(rq, __data_len))
+			return 0;
+		issue_ns = slot->issue_ns;
+		key.major = slot->major;
+		key.minor = slot->minor;
+		key.op = slot->op;
+		key.diskseq = slot->diskseq;
 		slot->rq = 0;
+	}
 	if (!issue_ns) {
 		/*
 		 * A data completion whose dispatch was not seen: in flight at attach, after
@@ -427,12 +455,17 @@ static __always_inline int MW_FN(handle_rq_complete)(struct request *rq, __u32 n
 		 * (blk_flush_complete_seq() -> blk_mq_end_request() on a request with no bytes
 		 * left; measured with bpftrace on an O_DSYNC run: 8159 of 8192 writes).
 		 */
+		op = MW_READ(rq, cmd_flags) & MW_REQ_OP_MASK;
 		if (op != MW_OP_FLUSH && !mw_op_is_passthrough(op) && nr_bytes != 0)
 			count_event(MW_CNT_COMPLETE_UNMATCHED);
 		return 0;
 	}
+	if (key.op == MW_SLOT_NO_DISK) {
+		count_event(MW_CNT_NO_DISK);
+		return 0;
+	}
 	now = bpf_ktime_get_ns();
-	stats = MW_FN(stats_for)(MW_FN(mw_rq_disk)(rq), op);
+	stats = MW_FN(stats_of_key)(&key);
 	/*
 	 * Dispatch and completion may read the clock on two CPUs: a completion stamped
 	 * before its dispatch is a skew between them, not a lost request; it is timed at 0.
@@ -443,16 +476,18 @@ static __always_inline int MW_FN(handle_rq_complete)(struct request *rq, __u32 n
 	return 0;
 }
 
-static __always_inline struct mw_origin_stats *MW_FN(origin_stats_of)(struct bio *bio, struct gendisk *disk, __u32 op);
+static __always_inline struct mw_origin_stats *MW_FN(origin_stats_of)(const struct mw_dev_key *disk_key,
+									  __u64 sector);
 
 static __always_inline int MW_FN(handle_bio_merge)(struct bio *bio, bool back)
 {
 	struct gendisk *disk = MW_FN(mw_bio_disk)(bio);
 	struct mw_origin_stats *origin;
 	struct mw_dev_stats *stats;
+	struct mw_dev_key key = {};
 	__u32 opf = MW_READ(bio, bi_opf);
 
-	stats = MW_FN(stats_for)(disk, opf);
+	stats = MW_FN(stats_for_key)(disk, opf, &key);
 	if (!stats)
 		return 0;
 	if (back)
@@ -461,7 +496,7 @@ static __always_inline int MW_FN(handle_bio_merge)(struct bio *bio, bool back)
 		stats->front_merges++;
 	/* A remapped bio that merged: merging works for its upper device (per-pair merge share). */
 	if (remaps_seen) {
-		origin = MW_FN(origin_stats_of)(bio, disk, opf & MW_REQ_OP_MASK);
+		origin = MW_FN(origin_stats_of)(&key, MW_READ(bio, bi_iter.bi_sector));
 		if (origin)
 			origin->merges++;
 	}
@@ -544,20 +579,19 @@ static __always_inline int MW_FN(handle_bio_remap)(struct bio *bio, __u32 from_d
 /*
  * The evidence slot of the (disk, origin) pair of a bio that came down a remap chain, taking the
  * chain's last hop (a request, or a merge into one, ends the chain); NULL if the bio was not remapped.
+ * `disk_key` is the disk's key as the event built it (its major:minor is the dev_t the last hop was
+ * keyed by, mw_bio_disk_devt()), `sector` the bio's: nothing of the disk or the bio is read again.
  */
-static __always_inline struct mw_origin_stats *MW_FN(origin_stats_of)(struct bio *bio, struct gendisk *disk, __u32 op)
+static __always_inline struct mw_origin_stats *MW_FN(origin_stats_of)(const struct mw_dev_key *disk_key,
+									  __u64 sector)
 {
-	struct remap_key at = {};
+	struct remap_key at = { .devt = MW_MKDEV(disk_key->major, disk_key->minor), .sector = sector };
 	struct mw_origin_key key = {};
 	struct mw_origin_stats *stats;
 	static const struct mw_origin_stats zero;
 	struct remap_link *link;
 	__u32 origin;
 
-	if (!disk)
-		return NULL;
-	at.devt = MW_FN(mw_bio_disk_devt)(bio);
-	at.sector = MW_READ(bio, bi_iter.bi_sector);
 	link = bpf_map_lookup_elem(&remap_origin, &at);
 	if (!link)
 		return NULL;
@@ -568,10 +602,10 @@ static __always_inline struct mw_origin_stats *MW_FN(origin_stats_of)(struct bio
 	key.origin_major = origin >> MW_MINORBITS;
 	key.origin_minor = origin & MW_MINORMASK;
 	bpf_map_delete_elem(&remap_origin, &at);
-	key.major = MW_READ(disk, major);
-	key.minor = MW_READ(disk, first_minor);
-	key.op = op;
-	key.diskseq = MW_FN(mw_disk_seq)(disk);
+	key.major = disk_key->major;
+	key.minor = disk_key->minor;
+	key.op = disk_key->op;
+	key.diskseq = disk_key->diskseq;
 	stats = bpf_map_lookup_elem(&origin_stats, &key);
 	if (stats)
 		return stats;
@@ -590,32 +624,45 @@ static __always_inline struct mw_origin_stats *MW_FN(origin_stats_of)(struct bio
 	return stats;
 }
 
-/* The new request's first bio came down a remap chain: count it for the chain's origin. */
-static __always_inline void MW_FN(count_origin)(struct bio *bio, struct gendisk *disk, __u32 op,
-						const struct mw_getrq_evidence *ev)
-{
-	struct mw_origin_stats *stats = MW_FN(origin_stats_of)(bio, disk, op);
-
-	if (!stats)
-		return;
-	stats->requests++;
-	stats->request_bytes += ev->bytes;
-	stats->missed_merges += ev->missed;
-	stats->missed_merge_runs += ev->run_started;
-	stats->missed_merge_run_bytes += ev->run_bytes;
-}
-
-static __always_inline int MW_FN(handle_getrq)(struct bio *bio)
+/*
+ * block_getrq: the missed-merge rules, then what they found counted for the disk (a missed merge)
+ * and for the chain's origin (a remapped bio). The disk's key is built once, and only when
+ * something is counted: a request that is neither reads nothing of the disk but its queue.
+ */
+static __always_inline int MW_FN(handle_getrq)(const struct mw_run *run, struct bio *bio)
 {
 	struct gendisk *disk = MW_FN(mw_bio_disk)(bio);
 	struct mw_getrq_evidence ev = {};
+	struct mw_origin_stats *origin;
+	struct mw_dev_stats *stats;
+	struct mw_dev_key key;
 	__u32 opf;
 
 	if (!disk)
 		return 0;
 	opf = MW_READ(bio, bi_opf);
-	MW_FN(missed_merge)(bio, disk, MW_READ(disk, queue), opf, &ev);
-	if (remaps_seen)
-		MW_FN(count_origin)(bio, disk, opf & MW_REQ_OP_MASK, &ev);
+	MW_FN(missed_merge)(run, bio, MW_READ(disk, queue), opf, &ev);
+	if (!ev.missed && !remaps_seen)
+		return 0;
+	MW_FN(disk_key)(disk, opf, &key);
+	if (ev.missed) {
+		stats = MW_FN(stats_of_key)(&key);
+		if (stats) {
+			stats->missed_merges++;
+			stats->missed_merge_runs += ev.run_started;
+			stats->missed_merge_run_bytes += ev.run_bytes;
+		}
+	}
+	/* The new request's first bio came down a remap chain: count it for the chain's origin. */
+	if (remaps_seen) {
+		origin = MW_FN(origin_stats_of)(&key, ev.sector);
+		if (origin) {
+			origin->requests++;
+			origin->request_bytes += ev.bytes;
+			origin->missed_merges += ev.missed;
+			origin->missed_merge_runs += ev.run_started;
+			origin->missed_merge_run_bytes += ev.run_bytes;
+		}
+	}
 	return 0;
 }

@@ -97,10 +97,32 @@ const volatile __u32 inflight_slot_bits = 16;
  */
 #define MW_NEST_LEVELS 8 /* task, softirq, hardirq, NMI: 4 would do; the mask keeps it in bounds */
 
+/* A plug slot of the missed-merge evidence (see "Missed merges" below). */
+struct plug_slot {
+	__u64 plug;     /* struct blk_plug pointer of the task; 0: the request was not plugged */
+	__u64 seq;      /* the request's number in its plug (mw_plug_gen_add()) */
+	__u32 queue_id; /* request_queue->id + 1; 0 = never used */
+	__u32 missed;   /* the run already holds a missed merge (counted in missed_merge_runs) */
+	struct mw_merge_side run; /* the request as merging would have built it */
+};
+
+#define MW_PLUG_SLOTS 16
+
+/*
+ * Everything this object keeps per CPU, in one value: one lookup per program run (MW_NESTED) reaches
+ * the nesting cells and block_getrq's plug state, which were three maps and three lookups.
+ */
 struct mw_nest {
 	__u32 depth; /* programs of this object running on this CPU, the current one included */
 	__u32 pad;
 	__u64 cell[MW_NEST_LEVELS];
+	/*
+	 * Above every plug sequence number handed out on this CPU (plug_gens): where a plug's state
+	 * starts when it is created or re-created, so that it never holds a number recorded before.
+	 */
+	__u64 plug_seq_high;
+	struct mw_plug_gen plug_gens[MW_PLUG_SLOTS]; /* by plug_gen_index() */
+	struct plug_slot plug_slots[MW_PLUG_SLOTS];  /* by plug_slot_index() */
 };
 
 struct {
@@ -117,12 +139,31 @@ static __always_inline struct mw_nest *nest_state(void)
 	return bpf_map_lookup_elem(&nest_scratch, &zero);
 }
 
-/* Every program body runs inside MW_NESTED(), which owns one level for its duration. */
+/*
+ * What a program run looked up once: this CPU's nest state and the run's own cell. Handlers take
+ * it as their first argument, so a run that turns several pointers into numbers (block_getrq: the
+ * plug, the cgroup, a bvec) does one per-CPU lookup, not one per pointer.
+ */
+struct mw_run {
+	struct mw_nest *nest;
+	volatile __u64 *cell;
+};
+
+/*
+ * Every program body that turns pointers into numbers runs inside MW_NESTED(), which owns one
+ * level for its duration and hands the handler `run_` (the call names it). Programs that keep no
+ * pointer (block_bio_queue, the merges, block_bio_remap) run without it: a program nested in them
+ * takes the next level all the same, and they touch no cell.
+ */
 #define MW_NESTED(call)                                                                            \
 	({                                                                                         \
 		struct mw_nest *nest_ = nest_state();                                              \
 		int ret_ = 0;                                                                      \
 		if (nest_) {                                                                       \
+			struct mw_run run_ = {                                                     \
+				.nest = nest_,                                                     \
+				.cell = &nest_->cell[nest_->depth & (MW_NEST_LEVELS - 1)],         \
+			};                                                                         \
 			nest_->depth++;                                                            \
 			ret_ = (call);                                                             \
 			nest_->depth--;                                                            \
@@ -130,16 +171,10 @@ static __always_inline struct mw_nest *nest_state(void)
 		ret_;                                                                              \
 	})
 
-static __always_inline __u64 pointer_value(const void *pointer)
+static __always_inline __u64 pointer_value(const struct mw_run *run, const void *pointer)
 {
-	struct mw_nest *nest = nest_state();
-	volatile __u64 *cell;
-
-	if (!nest)
-		return 0;
-	cell = &nest->cell[(nest->depth - 1) & (MW_NEST_LEVELS - 1)];
-	*cell = (__u64)pointer;
-	return *cell;
+	*run->cell = (__u64)pointer;
+	return *run->cell;
 }
 
 /* Zero value for lookup-or-init: too large for the 512-byte BPF stack. */
@@ -175,11 +210,34 @@ static __always_inline bool slot_claimable(const struct mw_inflight *slot, __u64
  * NULL when neither way holds or can hold it. Two CPUs claiming one free slot at once
  * leave one request untimed (its completion counts as complete_without_issue).
  */
-static __always_inline struct mw_inflight *inflight_slot_of(__u64 rq, __u64 now, bool claim)
+static __always_inline __u32 inflight_way0(__u64 rq)
 {
 	/* Fibonacci hashing; the low 6 bits of a request pointer carry no information. */
-	__u32 way0 = (__u32)(((rq >> 6) * 0x9E3779B97F4A7C15ull) >> (64 - inflight_slot_bits));
-	__u32 way1 = way0 ^ 1;
+	return (__u32)(((rq >> 6) * 0x9E3779B97F4A7C15ull) >> (64 - inflight_slot_bits));
+}
+
+/*
+ * Touch both ways of request `rq` and go on: a slot was last written by the CPU that completed or
+ * dispatched its request, so the first load of it waits for the line to come over from that CPU
+ * (perf on randread: 40-50% of block_rq_issue's and block_rq_complete's samples). block_rq_issue
+ * starts it before the device lookup, which can run meanwhile. The loads are discarded:
+ * inflight_slot_of() reads the slot again, so nothing is decided on a value that may have changed.
+ */
+static __always_inline void inflight_prefetch(__u64 rq)
+{
+	__u32 way0 = inflight_way0(rq), way1 = way0 ^ 1;
+	struct mw_inflight *a = bpf_map_lookup_elem(&inflight, &way0);
+	struct mw_inflight *b = bpf_map_lookup_elem(&inflight, &way1);
+
+	if (a)
+		(void)*(volatile __u64 *)&a->rq;
+	if (b)
+		(void)*(volatile __u64 *)&b->rq;
+}
+
+static __always_inline struct mw_inflight *inflight_slot_of(__u64 rq, __u64 now, bool claim)
+{
+	__u32 way0 = inflight_way0(rq), way1 = way0 ^ 1;
 	struct mw_inflight *a, *b;
 
 	if (!rq)
@@ -211,9 +269,10 @@ static __always_inline struct mw_inflight *inflight_slot_of(__u64 rq, __u64 now,
 	return a;
 }
 
-static __always_inline struct mw_inflight *inflight_slot(void *request, __u64 now, bool claim)
+static __always_inline struct mw_inflight *inflight_slot(const struct mw_run *run, void *request, __u64 now,
+							 bool claim)
 {
-	return inflight_slot_of(pointer_value(request), now, claim);
+	return inflight_slot_of(pointer_value(run, request), now, claim);
 }
 
 struct {
@@ -243,30 +302,17 @@ struct {
  *    that request inserted and not issued), so an entry left by a request that was merged
  *    away or grew by a back merge can never count.
  */
-struct plug_slot {
-	__u64 plug;     /* struct blk_plug pointer of the task; 0: the request was not plugged */
-	__u64 seq;      /* the request's number in its plug (mw_plug_gen_add()) */
-	__u32 queue_id; /* request_queue->id + 1; 0 = never used */
-	__u32 missed;   /* the run already holds a missed merge (counted in missed_merge_runs) */
-	struct mw_merge_side run; /* the request as merging would have built it */
-};
-
-#define MW_PLUG_SLOTS 16
 
 static __always_inline __u32 plug_slot_index(__u64 plug_id, __u32 queue_id)
 {
 	return (__u32)((plug_id >> 14) ^ (plug_id >> 24) ^ queue_id) & (MW_PLUG_SLOTS - 1);
 }
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, MW_PLUG_SLOTS);
-	__type(key, __u32);
-	__type(value, struct plug_slot);
-} plug_slots SEC(".maps");
+/* The slots are per CPU in mw_nest.plug_slots. */
 
 /* What block_getrq found, for the origin's share of the evidence (count_origin()). */
 struct mw_getrq_evidence {
+	__u64 sector;         /* the bio's first sector */
 	__u64 bytes;          /* the bio's bytes */
 	__u64 run_bytes;      /* bytes added to missed_merge_run_bytes */
 	__u32 missed;         /* a missed merge */
@@ -279,12 +325,7 @@ static __always_inline __u32 plug_gen_index(__u64 plug_id)
 	return (__u32)((plug_id >> 14) ^ (plug_id >> 24)) & (MW_PLUG_SLOTS - 1);
 }
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, MW_PLUG_SLOTS);
-	__type(key, __u32);
-	__type(value, struct mw_plug_gen);
-} plug_gens SEC(".maps");
+/* The generation counts are per CPU in mw_nest.plug_gens. */
 
 struct sched_key {
 	__u32 queue_id;
@@ -308,7 +349,7 @@ struct {
 	__type(value, struct sched_entry);
 } sched_queued SEC(".maps");
 
-/* Scratch for building a new slot's or entry's value: too large for the BPF stack twice. */
+/* Scratch for building a scheduler entry (enter_scheduler): too large for the BPF stack beside the rest. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
@@ -462,45 +503,52 @@ static __always_inline void hist_add(__u64 *slots, __u64 *sum, __u64 value, __u3
 #define MW_RAW_PROG(tp, name, call)                                                                \
 	SEC("raw_tp/" tp)                                                                          \
 	int name(__u64 *ctx) { return MW_NESTED(call); }
+/* The programs that keep no pointer: no nesting level (MW_NESTED). */
+#define MW_BTF_PROG_PLAIN(tp, name, call)                                                          \
+	SEC("tp_btf/" tp)                                                                          \
+	int BPF_PROG(name) { return (call); }
+#define MW_RAW_PROG_PLAIN(tp, name, call)                                                          \
+	SEC("raw_tp/" tp)                                                                          \
+	int name(__u64 *ctx) { return (call); }
 
 /* block_rq_insert/issue/requeue: (rq) or (q, rq) */
-MW_BTF_PROG("block_rq_insert", btf_rq_insert, handle_rq_insert_btf((struct request *)ctx[0]))
-MW_BTF_PROG("block_rq_insert", btf_rq_insert_q, handle_rq_insert_btf((struct request *)ctx[1]))
-MW_BTF_PROG("block_rq_issue", btf_rq_issue, handle_rq_issue_btf((struct request *)ctx[0]))
-MW_BTF_PROG("block_rq_issue", btf_rq_issue_q, handle_rq_issue_btf((struct request *)ctx[1]))
-MW_BTF_PROG("block_rq_requeue", btf_rq_requeue, handle_rq_requeue_btf((struct request *)ctx[0]))
-MW_BTF_PROG("block_rq_requeue", btf_rq_requeue_q, handle_rq_requeue_btf((struct request *)ctx[1]))
+MW_BTF_PROG("block_rq_insert", btf_rq_insert, handle_rq_insert_btf(&run_, (struct request *)ctx[0]))
+MW_BTF_PROG("block_rq_insert", btf_rq_insert_q, handle_rq_insert_btf(&run_, (struct request *)ctx[1]))
+MW_BTF_PROG("block_rq_issue", btf_rq_issue, handle_rq_issue_btf(&run_, (struct request *)ctx[0]))
+MW_BTF_PROG("block_rq_issue", btf_rq_issue_q, handle_rq_issue_btf(&run_, (struct request *)ctx[1]))
+MW_BTF_PROG("block_rq_requeue", btf_rq_requeue, handle_rq_requeue_btf(&run_, (struct request *)ctx[0]))
+MW_BTF_PROG("block_rq_requeue", btf_rq_requeue_q, handle_rq_requeue_btf(&run_, (struct request *)ctx[1]))
 /* (rq, error, nr_bytes) since v4.13; raw_tp/tp_btf need 4.17+ anyway: one layout. */
-MW_BTF_PROG("block_rq_complete", btf_rq_complete, handle_rq_complete_btf((void *)ctx[0], (__u32)ctx[2]))
+MW_BTF_PROG("block_rq_complete", btf_rq_complete, handle_rq_complete_btf(&run_, (void *)ctx[0], (__u32)ctx[2]))
 /* block_bio_back/frontmerge: (bio) or (q, rq, bio) */
-MW_BTF_PROG("block_bio_backmerge", btf_bio_backmerge, handle_bio_merge_btf((struct bio *)ctx[0], true))
-MW_BTF_PROG("block_bio_backmerge", btf_bio_backmerge_q, handle_bio_merge_btf((struct bio *)ctx[2], true))
-MW_BTF_PROG("block_bio_frontmerge", btf_bio_frontmerge, handle_bio_merge_btf((struct bio *)ctx[0], false))
-MW_BTF_PROG("block_bio_frontmerge", btf_bio_frontmerge_q, handle_bio_merge_btf((struct bio *)ctx[2], false))
+MW_BTF_PROG_PLAIN("block_bio_backmerge", btf_bio_backmerge, handle_bio_merge_btf((struct bio *)ctx[0], true))
+MW_BTF_PROG_PLAIN("block_bio_backmerge", btf_bio_backmerge_q, handle_bio_merge_btf((struct bio *)ctx[2], true))
+MW_BTF_PROG_PLAIN("block_bio_frontmerge", btf_bio_frontmerge, handle_bio_merge_btf((struct bio *)ctx[0], false))
+MW_BTF_PROG_PLAIN("block_bio_frontmerge", btf_bio_frontmerge_q, handle_bio_merge_btf((struct bio *)ctx[2], false))
 /* block_bio_queue: (bio) or (q, bio) */
-MW_BTF_PROG("block_bio_queue", btf_bio_queue, handle_bio_queue_btf((struct bio *)ctx[0]))
-MW_BTF_PROG("block_bio_queue", btf_bio_queue_q, handle_bio_queue_btf((struct bio *)ctx[1]))
+MW_BTF_PROG_PLAIN("block_bio_queue", btf_bio_queue, handle_bio_queue_btf((struct bio *)ctx[0]))
+MW_BTF_PROG_PLAIN("block_bio_queue", btf_bio_queue_q, handle_bio_queue_btf((struct bio *)ctx[1]))
 /* block_getrq: (bio) or (q, bio, rw) */
-MW_BTF_PROG("block_getrq", btf_getrq, handle_getrq_btf((struct bio *)ctx[0]))
-MW_BTF_PROG("block_getrq", btf_getrq_q, handle_getrq_btf((struct bio *)ctx[1]))
+MW_BTF_PROG("block_getrq", btf_getrq, handle_getrq_btf(&run_, (struct bio *)ctx[0]))
+MW_BTF_PROG("block_getrq", btf_getrq_q, handle_getrq_btf(&run_, (struct bio *)ctx[1]))
 /* block_bio_remap: (bio, dev, from) or (q, bio, dev, from) */
-MW_BTF_PROG("block_bio_remap", btf_bio_remap, handle_bio_remap_btf((struct bio *)ctx[0], (__u32)ctx[1], ctx[2]))
-MW_BTF_PROG("block_bio_remap", btf_bio_remap_q, handle_bio_remap_btf((struct bio *)ctx[1], (__u32)ctx[2], ctx[3]))
+MW_BTF_PROG_PLAIN("block_bio_remap", btf_bio_remap, handle_bio_remap_btf((struct bio *)ctx[0], (__u32)ctx[1], ctx[2]))
+MW_BTF_PROG_PLAIN("block_bio_remap", btf_bio_remap_q, handle_bio_remap_btf((struct bio *)ctx[1], (__u32)ctx[2], ctx[3]))
 
-MW_RAW_PROG("block_rq_insert", raw_rq_insert, handle_rq_insert_raw((struct request *)ctx[0]))
-MW_RAW_PROG("block_rq_insert", raw_rq_insert_q, handle_rq_insert_raw((struct request *)ctx[1]))
-MW_RAW_PROG("block_rq_issue", raw_rq_issue, handle_rq_issue_raw((struct request *)ctx[0]))
-MW_RAW_PROG("block_rq_issue", raw_rq_issue_q, handle_rq_issue_raw((struct request *)ctx[1]))
-MW_RAW_PROG("block_rq_requeue", raw_rq_requeue, handle_rq_requeue_raw((struct request *)ctx[0]))
-MW_RAW_PROG("block_rq_requeue", raw_rq_requeue_q, handle_rq_requeue_raw((struct request *)ctx[1]))
-MW_RAW_PROG("block_rq_complete", raw_rq_complete, handle_rq_complete_raw((void *)ctx[0], (__u32)ctx[2]))
-MW_RAW_PROG("block_bio_backmerge", raw_bio_backmerge, handle_bio_merge_raw((struct bio *)ctx[0], true))
-MW_RAW_PROG("block_bio_backmerge", raw_bio_backmerge_q, handle_bio_merge_raw((struct bio *)ctx[2], true))
-MW_RAW_PROG("block_bio_frontmerge", raw_bio_frontmerge, handle_bio_merge_raw((struct bio *)ctx[0], false))
-MW_RAW_PROG("block_bio_frontmerge", raw_bio_frontmerge_q, handle_bio_merge_raw((struct bio *)ctx[2], false))
-MW_RAW_PROG("block_bio_queue", raw_bio_queue, handle_bio_queue_raw((struct bio *)ctx[0]))
-MW_RAW_PROG("block_bio_queue", raw_bio_queue_q, handle_bio_queue_raw((struct bio *)ctx[1]))
-MW_RAW_PROG("block_getrq", raw_getrq, handle_getrq_raw((struct bio *)ctx[0]))
-MW_RAW_PROG("block_getrq", raw_getrq_q, handle_getrq_raw((struct bio *)ctx[1]))
-MW_RAW_PROG("block_bio_remap", raw_bio_remap, handle_bio_remap_raw((struct bio *)ctx[0], (__u32)ctx[1], ctx[2]))
-MW_RAW_PROG("block_bio_remap", raw_bio_remap_q, handle_bio_remap_raw((struct bio *)ctx[1], (__u32)ctx[2], ctx[3]))
+MW_RAW_PROG("block_rq_insert", raw_rq_insert, handle_rq_insert_raw(&run_, (struct request *)ctx[0]))
+MW_RAW_PROG("block_rq_insert", raw_rq_insert_q, handle_rq_insert_raw(&run_, (struct request *)ctx[1]))
+MW_RAW_PROG("block_rq_issue", raw_rq_issue, handle_rq_issue_raw(&run_, (struct request *)ctx[0]))
+MW_RAW_PROG("block_rq_issue", raw_rq_issue_q, handle_rq_issue_raw(&run_, (struct request *)ctx[1]))
+MW_RAW_PROG("block_rq_requeue", raw_rq_requeue, handle_rq_requeue_raw(&run_, (struct request *)ctx[0]))
+MW_RAW_PROG("block_rq_requeue", raw_rq_requeue_q, handle_rq_requeue_raw(&run_, (struct request *)ctx[1]))
+MW_RAW_PROG("block_rq_complete", raw_rq_complete, handle_rq_complete_raw(&run_, (void *)ctx[0], (__u32)ctx[2]))
+MW_RAW_PROG_PLAIN("block_bio_backmerge", raw_bio_backmerge, handle_bio_merge_raw((struct bio *)ctx[0], true))
+MW_RAW_PROG_PLAIN("block_bio_backmerge", raw_bio_backmerge_q, handle_bio_merge_raw((struct bio *)ctx[2], true))
+MW_RAW_PROG_PLAIN("block_bio_frontmerge", raw_bio_frontmerge, handle_bio_merge_raw((struct bio *)ctx[0], false))
+MW_RAW_PROG_PLAIN("block_bio_frontmerge", raw_bio_frontmerge_q, handle_bio_merge_raw((struct bio *)ctx[2], false))
+MW_RAW_PROG_PLAIN("block_bio_queue", raw_bio_queue, handle_bio_queue_raw((struct bio *)ctx[0]))
+MW_RAW_PROG_PLAIN("block_bio_queue", raw_bio_queue_q, handle_bio_queue_raw((struct bio *)ctx[1]))
+MW_RAW_PROG("block_getrq", raw_getrq, handle_getrq_raw(&run_, (struct bio *)ctx[0]))
+MW_RAW_PROG("block_getrq", raw_getrq_q, handle_getrq_raw(&run_, (struct bio *)ctx[1]))
+MW_RAW_PROG_PLAIN("block_bio_remap", raw_bio_remap, handle_bio_remap_raw((struct bio *)ctx[0], (__u32)ctx[1], ctx[2]))
+MW_RAW_PROG_PLAIN("block_bio_remap", raw_bio_remap_q, handle_bio_remap_raw((struct bio *)ctx[1], (__u32)ctx[2], ctx[3]))

@@ -182,13 +182,20 @@ struct mw_dev_stats {
 #define MW_CNT_PASSTHROUGH 7       /* REQ_OP_DRV_IN/OUT dispatched (SG_IO, NVMe admin/ioctl commands) */
 #define MW_CNT_MAX 8
 
+/* mw_inflight.op of a dispatch without a gendisk: no REQ_OP_* value (they fit MW_REQ_OP_MASK). */
+#define MW_SLOT_NO_DISK 0xffffffffu
+
 /* In-flight request state: one slot of the in-flight table, owned by the request at `rq`. */
 struct mw_inflight {
 	__u64 rq; /* struct request pointer; 0 = free */
 	__u64 insert_ns;
 	__u64 issue_ns;
 	__u32 requeued; /* 1 between block_rq_requeue and the dispatch after it: already counted */
-	/* The device and op of the last dispatch (valid while issue_ns != 0): who a lost sample belongs to. */
+	/*
+	 * The device and op of the last dispatch (valid while issue_ns != 0), decided once at dispatch:
+	 * the completion's key, and who a lost sample belongs to. op MW_SLOT_NO_DISK: the request had
+	 * no gendisk (counted as no_disk, not timed).
+	 */
 	__u32 op;
 	__u32 major;
 	__u32 minor;

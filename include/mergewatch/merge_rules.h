@@ -249,8 +249,10 @@ static __always_inline int mw_back_merge_verdict(const struct mw_merge_side *rq,
  *     predicted): none is left.
  * Each request gets a sequence number; a plug keeps the oldest number still in it, and a
  * queue's newest request is a candidate exactly while its number is not older than that.
- * Numbers are 64-bit and a plug's first number is the clock (ns), so a plug state that was
- * evicted and re-created never accepts a request recorded before.
+ * Numbers are 64-bit and a plug's first number is above every number given out before on
+ * the same CPU (the BPF side keeps that high-water mark per CPU; the plug states and the
+ * slots whose numbers they judge are per CPU too), so a plug state that was evicted and
+ * re-created never accepts a request recorded before.
  */
 struct mw_plug_gen {
 	__u64 plug;       /* struct blk_plug pointer; 0 = unused */
