@@ -219,20 +219,30 @@ bool SameBits(const std::vector<double>& a, const std::vector<ClientMetric::Buck
 }  // namespace
 
 const std::vector<std::string>& ExpositionWriter::BucketLabels(const std::vector<ClientMetric::Bucket>& buckets) {
-  if (SameBits(bounds_, buckets) && le_.size() == buckets.size()) return le_;
-  bounds_.clear();
-  le_.clear();
+  // The shortest form of a bound costs a search (where the C++ library has no std::to_chars for double, as
+  // the release build's GCC 10: a dozen snprintf and strtod each): done once per set of bounds and scrape
+  // thread, kept for the next scrapes. A few sets at most; a caller with many more starts over.
+  struct Formatted {
+    std::vector<double> bounds;
+    std::vector<std::string> le;
+  };
+  thread_local std::vector<Formatted> cache;
+  for (const Formatted& f : cache)
+    if (SameBits(f.bounds, buckets)) return f.le;
+  if (cache.size() >= 8) cache.clear();
+  Formatted f;
   std::string text, shortest;
   for (const ClientMetric::Bucket& b : buckets) {
-    bounds_.push_back(b.upper_bound);
+    f.bounds.push_back(b.upper_bound);
     text.clear();
     AppendDouble(b.upper_bound, &text);
     std::string label = "le=\"";
     label += ShortestBound(text, &shortest) ? shortest : text;
     label += '"';
-    le_.push_back(std::move(label));
+    f.le.push_back(std::move(label));
   }
-  return le_;
+  cache.push_back(std::move(f));
+  return cache.back().le;
 }
 
 void ExpositionWriter::WriteMetric(const MetricFamily& family, const ClientMetric& metric, std::string* out) {

@@ -37,7 +37,7 @@ std::string RenderExpositionWithTextSerializer(std::vector<prometheus::MetricFam
 // The same text as RenderExpositionWithTextSerializer, written straight into one string: every
 // value formatted with std::to_chars rather than through an ostream, each series' label block
 // escaped once for all its lines, and each histogram's le strings formatted once per distinct
-// set of bounds (all histograms of a family share theirs). Metric and label names are written
+// set of bounds and thread (the daemon has two: sizes and latencies), not once per scrape. Metric and label names are written
 // as given: they must be valid Prometheus names, as every name the daemon uses is.
 class ExpositionWriter {
  public:
@@ -49,8 +49,6 @@ class ExpositionWriter {
   const std::vector<std::string>& BucketLabels(const std::vector<prometheus::ClientMetric::Bucket>& buckets);
 
   std::string labels_;  // the current series' label block, without braces
-  std::vector<double> bounds_;  // the bounds le_ was formatted for
-  std::vector<std::string> le_;
 };
 
 // The families as exposition text (ExpositionWriter).
