@@ -119,7 +119,7 @@
           },
           {
             name: 'instance',
-            label: 'Host',
+            label: 'Instance',
             type: 'query',
             datasource: ds,
             query: { query: 'label_values(mergewatch_build_info{%sjob=~"$job"}, instance)' % cluster, refId: 'instance' },

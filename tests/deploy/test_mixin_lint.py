@@ -115,6 +115,21 @@ def test_dashboard_follows_the_dashboard_linter_rules():
             assert set(re.findall(r"\[([^\]]+)\]", t["expr"])) <= {"$__rate_interval"}, t["expr"]
 
 
+def test_job_and_instance_templates_pass_template_job_and_instance_rules():
+    """dashboard-linter's template-job-rule and template-instance-rule (lint/template_utils.go checkTemplate),
+    warnings included: the datasource $datasource, a query, the label the name in title case (a warning there), a
+    multi select, allValue '.+'."""
+    variables = {v["name"]: v for v in board()["templating"]["list"]}
+    for name in ("job", "instance"):
+        v = variables.get(name)
+        assert v is not None, f"is missing the {name} template"
+        assert v["datasource"]["uid"] in ("$datasource", "${datasource}"), v["datasource"]
+        assert v["type"] == "query", v["type"]
+        assert v["label"] == name.title(), f"{name} template should be labeled '{name.title()}', is '{v['label']}'"
+        assert v["multi"] is True, name
+        assert v["allValue"] == ".+", v["allValue"]
+
+
 def test_cluster_option_adds_a_picker_and_filters_every_query():
     b = board("showMultiCluster: true, clusterLabel: 'k8s_cluster'")
     variables = {v["name"]: v for v in b["templating"]["list"]}
