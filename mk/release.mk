@@ -54,10 +54,11 @@ release-root:
 
 # Built in the build root from bookworm's source packages, exact versions: libbpf 1.x (bullseye has 0.3),
 # prometheus-cpp (not in bullseye), libmicrohttpd 0.9.75 (bullseye's 0.9.72 lacks MHD_run_wait and
-# MHD_create_response_from_buffer_with_free_callback_cls), curl 7.88 (static, HTTP(S) only; bullseye's
-# 7.74 lacks CURLOPT_PROTOCOLS_STR) and CLI11 2.x (headers; not in bullseye). When the archive has moved
+# MHD_create_response_from_buffer_with_free_callback_cls), zlib 1.2.13 (bullseye's 1.2.11 has the slower
+# crc32 of before 1.2.12: gzip scrapes cost more), curl 7.88 (static, HTTP(S) only; bullseye's 7.74 lacks
+# CURLOPT_PROTOCOLS_STR; built after zlib, against it) and CLI11 2.x (headers; not in bullseye). When the archive has moved
 # on from a pin (a security update), the build says which versions it has: update the pin here.
-RELEASE_DEPS := libbpf=1.1.2-0+deb12u1 prometheus-cpp=1.0.1-1 libmicrohttpd=0.9.75-6 \
+RELEASE_DEPS := libbpf=1.1.2-0+deb12u1 prometheus-cpp=1.0.1-1 libmicrohttpd=0.9.75-6 zlib=1:1.2.13.dfsg-1 \
 	curl=7.88.1-10+deb12u15 cli11=2.1.2+ds-1
 RELEASE_DEPS_PREFIX := /opt/mergewatch-deps
 RELEASE_DEPS_FACTS  = $(RELEASE_DEPS)|$(shell cat $(RELEASE_ROOT_STAMP) 2>/dev/null)|$(shell sha256sum < packaging/release/build-deps.sh)
@@ -74,7 +75,7 @@ release-deps: release-root
 # The build root's packages whose static archives or headers go into the binaries (their copyright files and
 # versions are shipped in LICENSES/third-party/), besides the libraries build-deps.sh builds.
 RELEASE_LINKED_PACKAGES := libgnutls28-dev nettle-dev libgmp-dev libtasn1-6-dev libidn2-dev libunistring-dev \
-	libyaml-cpp-dev libcrypt-dev libelf-dev zlib1g-dev nlohmann-json3-dev libstdc++-10-dev libgcc-10-dev
+	libyaml-cpp-dev libcrypt-dev libelf-dev nlohmann-json3-dev libstdc++-10-dev libgcc-10-dev
 
 # The objects and binaries, inside the build root (kept between runs: a rebuild compiles what changed).
 RELEASE_OBJ       := /build/mergewatch

@@ -55,6 +55,15 @@ build_libmicrohttpd() {
 	make install
 }
 
+build_zlib() {
+	# Static only. bullseye's 1.2.11 would do, but 1.2.12 rewrote crc32 (braided): with it a gzip scrape of
+	# the static daemon cost 6-17% more CPU than the .deb's (bookworm's 1.2.13) in A/B runs (BENCHMARKS.md).
+	cd "$work/zlib"
+	./configure --static --prefix="$prefix" --libdir="$prefix/lib"
+	make -j"$jobs" libz.a
+	make install
+}
+
 build_curl() {
 	# The CLI's client: HTTP and HTTPS (GnuTLS) only, gzip through zlib; no other protocol, no IDN, PSL,
 	# HTTP/2, brotli, zstd or SSH. Trust: GnuTLS's system trust (p11-kit's trust module of the host it
