@@ -2,9 +2,6 @@
 #include "topology/device_namer.h"
 
 #include <fcntl.h>
-#include <linux/openat2.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,13 +9,9 @@
 #include <cstdlib>
 #include <vector>
 
+#include "topology/sysfs_beneath.h"
 #include "topology/topology.h"
 
-// glibc before 2.32 (Debian 11's 2.31, which the release binaries are built with) has no SYS_openat2;
-// the kernel headers define __NR_openat2 (Linux 5.6 and later, Debian 11's linux-libc-dev 5.10 included).
-#ifndef SYS_openat2
-#define SYS_openat2 __NR_openat2
-#endif
 
 namespace mergewatch {
 namespace {
@@ -30,30 +23,16 @@ std::optional<std::string> ReadLink(const std::string& path) {
   return std::string(buf.data(), static_cast<size_t>(n));
 }
 
-// The diskseq file opened by one openat2(RESOLVE_BENEATH) from the sysfs root: the kernel walks
-// dev/block/M:m and its symlink itself and refuses whatever would leave the root (an absolute
-// symlink, ".." above it: EXDEV), the containment ReadSysfsAttribute's walk gives with one lstat
-// per path component, for half its cost (17 against 34 us per device on 6.18; the walk was half
-// of a scrape's CPU, BENCHMARKS.md "Scrape cost"). `root` is an O_PATH descriptor of
-// the sysfs root, opened once. nullopt when openat2 cannot be used (before 5.6, or refused by a
-// seccomp filter): the caller then takes the portable walk.
+// The diskseq file opened beneath the sysfs root in one system call (OpenBeneath): the kernel walks
+// dev/block/M:m and its symlink itself, for half the cost of ReadSysfsAttribute's walk with one lstat per path
+// component (17 against 34 us per device on 6.18; the walk was half of a scrape's CPU, BENCHMARKS.md "Scrape
+// cost"). nullopt when openat2 cannot be used: the caller then takes the portable walk.
 std::optional<uint64_t> ReadDiskseqBeneath(int root, const std::string& rel) {
-  if (root < 0) return std::nullopt;
-  open_how how{};
-  // O_NONBLOCK: a FIFO where the attribute should be must not block the scrape.
-  how.flags = O_RDONLY | O_NONBLOCK | O_CLOEXEC;
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
-  const int fd = static_cast<int>(syscall(SYS_openat2, root, rel.c_str(), &how, sizeof(how)));
-  const int open_errno = errno;
-  if (fd < 0) {
-    if (open_errno == ENOSYS || open_errno == EPERM || open_errno == EINVAL || open_errno == E2BIG)
-      return std::nullopt;
-    return 0;  // missing, or it would leave the tree: unknown
-  }
+  bool unsupported = false;
+  const int fd = OpenBeneath(root, rel, &unsupported);
+  if (fd < 0) return unsupported ? std::nullopt : std::optional<uint64_t>(0);  // missing or outside: unknown
   char buf[32];
-  struct stat st {};
-  ssize_t n = -1;
-  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) n = read(fd, buf, sizeof(buf) - 1);
+  const ssize_t n = read(fd, buf, sizeof(buf) - 1);
   close(fd);
   if (n <= 0) return 0;
   buf[n] = '\0';
@@ -63,7 +42,7 @@ std::optional<uint64_t> ReadDiskseqBeneath(int root, const std::string& rel) {
 }  // namespace
 
 SysfsDeviceNamer::SysfsDeviceNamer(std::string sysfs_root) : sysfs_root_(std::move(sysfs_root)) {
-  root_fd_ = open(sysfs_root_.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  root_fd_ = OpenSysfsRoot(sysfs_root_);
 }
 
 SysfsDeviceNamer::~SysfsDeviceNamer() {

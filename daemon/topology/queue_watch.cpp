@@ -1,20 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "topology/queue_watch.h"
 
-#include <fcntl.h>
-#include <linux/openat2.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <charconv>
 #include <optional>
 
-// glibc before 2.32 has no SYS_openat2 (device_namer.cpp says why it matters here).
-#ifndef SYS_openat2
-#define SYS_openat2 __NR_openat2
-#endif
+#include "topology/sysfs_beneath.h"
+
 
 namespace mergewatch {
 namespace {
@@ -41,7 +35,7 @@ std::optional<uint64_t> Number(const std::string& text) {
 }  // namespace
 
 QueueWatch::QueueWatch(std::string sysfs_root) : sysfs_root_(std::move(sysfs_root)) {
-  root_fd_ = open(sysfs_root_.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  root_fd_ = OpenSysfsRoot(sysfs_root_);
 }
 
 QueueWatch::~QueueWatch() {
@@ -56,27 +50,11 @@ void QueueWatch::Close(Files* files) {
   }
 }
 
-// block/<device>/queue/<attribute> under the root, contained as the topology reader contains its walk:
-// openat2(RESOLVE_BENEATH) where the kernel has it, else the plain path (a kernel name holds no '/'). Only a
-// regular file is kept (O_NONBLOCK: a FIFO in a fixture tree must not block the tick).
+// block/<device>/queue/<attribute>, opened beneath the root (OpenBeneath). Where openat2 cannot be used
+// (before Linux 5.6) nothing is watched: a queue setting then shows at the periodic rescan.
 int QueueWatch::OpenAttribute(const std::string& device, const char* attribute) const {
-  const std::string rel = "block/" + device + "/queue/" + attribute;
-  int fd = -1;
-  if (root_fd_ >= 0) {
-    open_how how{};
-    how.flags = O_RDONLY | O_NONBLOCK | O_CLOEXEC;
-    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
-    fd = static_cast<int>(syscall(SYS_openat2, root_fd_, rel.c_str(), &how, sizeof(how)));
-    if (fd < 0 && (errno == ENOSYS || errno == EPERM)) fd = open((sysfs_root_ + "/" + rel).c_str(), how.flags);
-  } else {
-    fd = open((sysfs_root_ + "/" + rel).c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  }
-  struct stat st {};
-  if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
-    close(fd);
-    fd = -1;
-  }
-  return fd;
+  bool unsupported = false;
+  return OpenBeneath(root_fd_, "block/" + device + "/queue/" + attribute, &unsupported);
 }
 
 void QueueWatch::Follow(const Topology& topology) {
