@@ -111,13 +111,9 @@ CollapseDetector::Sample CollapseDetector::SampleOf(TimePoint now, const Snapsho
     if (device == nullptr || origin == nullptr || (key.op != MW_OP_READ && key.op != MW_OP_WRITE)) continue;
     // A multipath path's requests come remapped from its own head: no stacked device.
     if (origin->name == device->name) continue;
-    PairTotals& p = sample.devices[device->name].origins[origin->name];
-    p.requests += stats.requests;
-    p.request_bytes += stats.request_bytes;
-    p.missed += stats.missed_merges;
-    p.runs += stats.missed_merge_runs;
-    p.run_bytes += stats.missed_merge_run_bytes;
-    p.merges += stats.merges;
+    sample.devices[device->name].origins[origin->name] +=
+        PairTotals{stats.requests, stats.request_bytes, stats.missed_merges, stats.missed_merge_runs,
+                   stats.missed_merge_run_bytes, stats.merges};
   }
   for (const auto& [key, stats] : snapshot.stats) {
     const BlockDevice* device = same_device(key.major, key.minor, key.diskseq);
@@ -206,12 +202,7 @@ void CollapseDetector::UpdateDisk(const std::string& name, const Totals& delta,
   for (const auto& [origin, p] : delta.origins) {
     const BlockDevice* upper = topology.FindByName(origin);
     if (upper == nullptr || !EligibleUpper(*upper)) continue;
-    attributed.requests += p.requests;
-    attributed.request_bytes += p.request_bytes;
-    attributed.missed += p.missed;
-    attributed.runs += p.runs;
-    attributed.run_bytes += p.run_bytes;
-    attributed.merges += p.merges;
+    attributed += p;
     Step({name, origin}, now, EvaluatePair(origin, p, delta, seconds, deltas), seconds, topology, next, events);
   }
   // The rest: requests that came down no remap chain (I/O submitted to the disk or a

@@ -144,6 +144,15 @@ class CollapseDetector {
   // What the disk's requests for one upper device (remap origin) showed: cumulative, read and write.
   struct PairTotals {
     uint64_t requests = 0, request_bytes = 0, missed = 0, runs = 0, run_bytes = 0, merges = 0;
+    PairTotals& operator+=(const PairTotals& o) {
+      requests += o.requests;
+      request_bytes += o.request_bytes;
+      missed += o.missed;
+      runs += o.runs;
+      run_bytes += o.run_bytes;
+      merges += o.merges;
+      return *this;
+    }
   };
   struct Totals {  // cumulative, read and write summed
     uint64_t requests = 0, small_requests = 0, request_bytes = 0, missed = 0, back_merges = 0, merges = 0;
