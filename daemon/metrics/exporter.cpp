@@ -331,10 +331,8 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
   ScrapeNames names(namer);
   // A path disk that has just left sysfs counts under its head until its keys are retired.
   const auto name_of = [&names, &snapshot](uint32_t major, uint32_t minor, uint64_t diskseq) {
-    std::optional<std::string> name = names.Of(major, minor, diskseq);
-    if (name) return name;
-    const DiskKey* head = HeadOfDepartedPath(snapshot, major, minor, diskseq);
-    return head == nullptr ? name : names.Of(head->major, head->minor, head->diskseq);
+    return CountingDevice(snapshot, major, minor, diskseq,
+                          [&names](uint32_t ma, uint32_t mi, uint64_t seq) { return names.Of(ma, mi, seq); });
   };
   for (const auto& [key, stats] : snapshot.stats) {
     std::optional<std::string> name = name_of(key.major, key.minor, key.diskseq);

@@ -7,9 +7,9 @@ namespace mergewatch {
 
 const BlockDevice* DeviceCountingKey(const Snapshot& snapshot, const Topology& topology, uint32_t major,
                                      uint32_t minor, uint64_t diskseq) {
-  if (const BlockDevice* device = topology.CountedUnder(major, minor, diskseq)) return device;
-  const DiskKey* head = HeadOfDepartedPath(snapshot, major, minor, diskseq);
-  return head == nullptr ? nullptr : topology.FindKey(head->major, head->minor, head->diskseq);
+  return CountingDevice(snapshot, major, minor, diskseq, [&topology](uint32_t ma, uint32_t mi, uint64_t seq) {
+    return topology.CountedUnder(ma, mi, seq);
+  });
 }
 
 void DepartedPaths::Learn(const Snapshot& snapshot, const Topology& topology) {

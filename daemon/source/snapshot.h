@@ -86,6 +86,21 @@ struct Snapshot {
 // The head a path disk key counts under once the path has left sysfs, or nullptr.
 const DiskKey* HeadOfDepartedPath(const Snapshot& snapshot, uint32_t major, uint32_t minor, uint64_t diskseq);
 
+// The one answer to "which device does the data of this map key count under", for every reader of the
+// counts (the detector through the topology, the exporter through the scrape's names): what `lookup` (a
+// function of major, minor and diskseq returning a device or a name, empty for none) says of the key, else,
+// for a path disk that has just left sysfs and whose keys are not retired yet, what it says of the path's head.
+// The pruning of the maps asks another question (is the key's device still there at all: FindStaleKeys) and
+// must not follow departed paths to their heads, or their keys would never be retired.
+template <typename Lookup>
+auto CountingDevice(const Snapshot& snapshot, uint32_t major, uint32_t minor, uint64_t diskseq, Lookup lookup)
+    -> decltype(lookup(major, minor, diskseq)) {
+  if (auto found = lookup(major, minor, diskseq)) return found;
+  const DiskKey* head = HeadOfDepartedPath(snapshot, major, minor, diskseq);
+  if (head == nullptr) return {};
+  return lookup(head->major, head->minor, head->diskseq);
+}
+
 // Keys of devices that no longer exist (or whose major:minor now belongs to a newer disk).
 struct StaleKeys {
   std::vector<DevOpKey> stats;
