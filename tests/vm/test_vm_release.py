@@ -56,7 +56,8 @@ def test_the_incident_pages_with_default_flags(release_run):
     assert source["source"] == "bpf", source
     snapshot = next(dict(k)["device"] for k in
                     find(settled, "mergewatch_device_info", dm_name="vg0-snap"))
-    assert collapse == {snapshot: 1.0}, collapse
+    # The pair (disk, snapshot) raised; anything else the disk shows (the rest of its requests, upper="") not.
+    assert collapse.get(snapshot) == 1.0 and not any(v for u, v in collapse.items() if u != snapshot), collapse
     assert f"merge collapse on {disk} (under {snapshot})" in log, log[-3000:]
     assert f"echo 0 > /sys/block/{disk}/queue/nomerges" in log
     assert re.search(r"listening on \S*:9863\b", log), log[:2000]  # default flags: the default address
@@ -78,7 +79,11 @@ def test_merging_on_stays_quiet(release_run):
     assert set(collapse.values()) <= {0.0}, collapse
     assert "merge collapse on" not in log
     assert reads > 0  # the quiet is not an idle disk
-    assert run.read("case-rel-snap-nm0.status.exit").strip() == "0", run.read("case-rel-snap-nm0.status.txt")
+    # 0, or 3 where only queue findings are active: the boot's earlier cases leave nomerges=2 on the other
+    # disks (the partition disk, the multipath paths), which the findings name. Never 1: nothing pages.
+    status = run.read("case-rel-snap-nm0.status.txt")
+    assert run.read("case-rel-snap-nm0.status.exit").strip() in ("0", "3"), status
+    assert "MERGE COLLAPSE" not in status and f"! {disk} " not in status, status
 
 
 def test_tls_with_basic_auth_from_a_web_config(release_run):
@@ -87,5 +92,9 @@ def test_tls_with_basic_auth_from_a_web_config(release_run):
     assert "(TLS) (basic auth)" in log, log[-2000:]
     assert (facts["tls_right"], facts["tls_wrong"], facts["tls_none"]) == ("200", "401", "401"), facts
     assert facts["tls_plain_http"] != "200", facts  # TLS only: plain HTTP gets no scrape
-    assert facts["tls_status_exit"] == "0", rel.text("tls-status.txt")
+    # Read through TLS with basic auth: 0, or 3 for the queue findings the boot's earlier cases left (never 2,
+    # which would say the daemon was unreachable or refused the client).
+    assert facts["tls_status_exit"] in ("0", "3"), rel.text("tls-status.txt")
+    assert rel.text("tls-status.txt").startswith("mergewatch status: https://localhost:9863/metrics\nmergewatchd "), \
+        rel.text("tls-status.txt")
     assert facts["tls_daemon_exit"] == "0", log[-2000:]
