@@ -41,7 +41,7 @@ TEST(QueueWatch, SaysWhichSettingChangedSinceTheScan) {
   ASSERT_EQ(topology.FindByName("loop12")->queue.nomerges, 0);
   QueueWatch watch(sysfs.root());
   watch.Follow(topology);
-  EXPECT_GT(watch.watched_files(), 0u);
+  EXPECT_GT(watch.watched_devices(), 0u);
   EXPECT_EQ(watch.Changed(topology), "");
   sysfs.Write("devices/virtual/block/loop12/queue/nomerges", "2\n");
   EXPECT_EQ(watch.Changed(topology), "loop12 queue/nomerges 0 -> 2");
@@ -76,13 +76,13 @@ TEST(QueueWatch, ADeviceTheScanNoLongerShowsIsLetGo) {
   const Topology before = Topology::Scan(sysfs.root(), &warnings);
   QueueWatch watch(sysfs.root());
   watch.Follow(before);
-  const size_t files = watch.watched_files();
+  const size_t devices = watch.watched_devices();
   for (const char* link : {"/block/loop12", "/class/block/loop12", "/dev/block/7:12"}) fs::remove(sysfs.root() + link);
   fs::remove_all(sysfs.root() + "/devices/virtual/block/loop12");
   const Topology after = Topology::Scan(sysfs.root(), &warnings);
   ASSERT_EQ(after.FindByName("loop12"), nullptr);
   watch.Follow(after);
-  EXPECT_LT(watch.watched_files(), files);
+  EXPECT_LT(watch.watched_devices(), devices);
   EXPECT_EQ(watch.Changed(after), "");
 }
 
