@@ -4,7 +4,9 @@
 (topology/queue_watch.*) costs. Attaches --disks loop devices (sparse files on /dev/shm, no I/O), then starts
 each build in turn with --source=diskstats (its tick reads /proc/diskstats, the detector and the queue
 settings; no BPF, so nothing else moves) and measures its CPU over --idle seconds from the threads'
-schedstat, --rounds times alternating. Root. Cleans up its loop devices and daemons by PID.
+schedstat, --rounds times alternating. The daemons get --collapse.lower-devices=^loop: every loop disk is one the
+detector watches, so its queue settings are read each tick (the worst case). Root. Cleans up its loop devices
+and daemons by PID.
 
   bench/queue_watch_cost.py BEFORE_BINARY AFTER_BINARY [--disks 100] [--idle 20] [--rounds 3]"""
 import argparse
@@ -41,7 +43,7 @@ def main():
             for b in a.binaries:
                 port = free_port()
                 proc = subprocess.Popen([b, "--source=diskstats", f"--web.listen-address=127.0.0.1:{port}",
-                                         "--log.level=warn"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                         "--log.level=warn", "--collapse.lower-devices=^loop"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 try:
                     time.sleep(3)  # start-up scan and first ticks
                     c0 = cpu_seconds(proc.pid)

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -200,7 +201,11 @@ int RunDaemon(const Config& config) {
   std::vector<std::shared_ptr<prometheus::Collectable>> collectables =
       Collectables(config, active, names, status, state, http, sources);
 
-  TopologyKeeper topology(config.sysfs_root, config.topology_refresh);
+  // The detector's disks get their queue settings read each tick (a runtime nomerges change pages within
+  // seconds); the rest at the periodic rescan.
+  const std::regex lower_disks(config.collapse.lower_devices, std::regex::extended);
+  TopologyKeeper topology(config.sysfs_root, config.topology_refresh, MonotonicNow,
+                          [lower_disks](const std::string& name) { return std::regex_search(name, lower_disks); });
   topology.OnScan(PublishEachScan(&names, &watch, state.get(), status.kernel_release));
   sources.FollowTopology(*topology.current());
   CollapseDetector detector(config.collapse);

@@ -24,7 +24,8 @@ std::optional<uint64_t> Number(const std::string& text) {
 
 }  // namespace
 
-QueueWatch::QueueWatch(std::string sysfs_root) : sysfs_root_(std::move(sysfs_root)) {
+QueueWatch::QueueWatch(std::string sysfs_root, std::function<bool(const std::string&)> watched)
+    : sysfs_root_(std::move(sysfs_root)), watched_(std::move(watched)) {
   root_fd_ = OpenSysfsRoot(sysfs_root_);
 }
 
@@ -51,7 +52,9 @@ void QueueWatch::Follow(const Topology& topology) {
   devices_.clear();
   for (const BlockDevice& device : topology.devices()) {
     // Every device with a queue the scan could read (a partition shares its disk's).
-    if (device.is_partition || device.queue.nomerges < 0 || device.name.find('/') != std::string::npos) continue;
+    if (device.is_partition || device.queue.nomerges < 0 || device.name.find('/') != std::string::npos ||
+        !watched_(device.name))
+      continue;
     devices_.push_back(device.name);
   }
 }

@@ -4,11 +4,13 @@
 // (--topology.refresh-interval, a minute), and the collapse gauge, the remedy text, the queue gauges and
 // the findings would say the old setting for as long. QueueWatch reads the queue attributes the detector
 // and the findings use (nomerges every tick; scheduler, max_sectors_kb and rotational every fifth) of every
-// device with a queue again, and says when one differs from the last scan; the caller then rescans. Each
+// watched device again (the detector's disks, in the daemon), and says when one differs from the last scan;
+// the caller then rescans. Other devices' settings (the findings') show at the periodic rescan. Each
 // read opens, reads and closes its file: holding them open took four descriptors per device, and a host
 // with a few hundred disks would have run out of the default 1024 (a start-up test with 63 failed).
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,7 +21,10 @@ namespace mergewatch {
 
 class QueueWatch {
  public:
-  explicit QueueWatch(std::string sysfs_root);
+  // `watched`: which devices (by kernel name) to read; all by default. The daemon passes the detector's
+  // disks (--collapse.lower-devices): what a page and its remedy read, at a cost in proportion to them.
+  explicit QueueWatch(std::string sysfs_root,
+                      std::function<bool(const std::string&)> watched = [](const std::string&) { return true; });
   ~QueueWatch();
   QueueWatch(const QueueWatch&) = delete;
   QueueWatch& operator=(const QueueWatch&) = delete;
@@ -37,6 +42,7 @@ class QueueWatch {
   std::optional<std::string> Read(const std::string& device, Attribute attribute) const;
   std::string sysfs_root_;
   int root_fd_ = -1;  // O_PATH descriptor of the sysfs root, for openat2(RESOLVE_BENEATH)
+  std::function<bool(const std::string&)> watched_;
   std::vector<std::string> devices_;
   static constexpr unsigned kSlowEvery = 5;  // all but nomerges: every 5th call
   unsigned calls_ = 0;

@@ -7,8 +7,12 @@
 
 namespace mergewatch {
 
-TopologyKeeper::TopologyKeeper(std::string sysfs_root, Duration refresh, Clock clock)
-    : sysfs_root_(std::move(sysfs_root)), refresh_(refresh), clock_(std::move(clock)), queue_watch_(sysfs_root_) {
+TopologyKeeper::TopologyKeeper(std::string sysfs_root, Duration refresh, Clock clock,
+                               std::function<bool(const std::string&)> queue_watched)
+    : sysfs_root_(std::move(sysfs_root)),
+      refresh_(refresh),
+      clock_(std::move(clock)),
+      queue_watch_(sysfs_root_, std::move(queue_watched)) {
   Rescan();
 }
 

@@ -19,7 +19,9 @@ class TopologyKeeper {
  public:
   using Clock = std::function<TimePoint()>;
   // Scans once at construction.
-  TopologyKeeper(std::string sysfs_root, Duration refresh, Clock clock = MonotonicNow);
+  // `queue_watched`: the devices whose queue settings are read each tick (QueueWatch); all by default.
+  TopologyKeeper(std::string sysfs_root, Duration refresh, Clock clock = MonotonicNow,
+                 std::function<bool(const std::string&)> queue_watched = [](const std::string&) { return true; });
   // Called with the current topology now and after every scan.
   void OnScan(std::function<void(std::shared_ptr<const Topology>)> on_scan);
   void Rescan();
