@@ -88,16 +88,17 @@ poll_scrapes() {	# poll_scrapes PREFIX
 		curl -fsS --max-time 10 -o "$1-poll-$i.prom" "$(url 19873)"
 	done
 }
-# True once every disk named has completed reads since the call (its /sys/block/X/stat read count grew),
-# false after 60 s.
-reads_running() {	# reads_running DISK...
+completed_ios() { awk '{print $1 + $5}' /sys/block/$1/stat; }	# completed_ios DISK: reads + writes
+# True once every disk named has completed I/O since the call (the read or write count in its
+# /sys/block/X/stat grew: the origin-write loads issue only writes), false after 60 s.
+io_running() {	# io_running DISK...
 	local q end ok i before=()
-	for q; do before+=("$(awk '{print $1}' /sys/block/$q/stat)"); done
+	for q; do before+=("$(completed_ios $q)"); done
 	end=$(( $(date +%s) + 60 ))
 	while [ "$(date +%s)" -lt "$end" ]; do
 		ok=1 i=0
 		for q; do
-			[ "$(awk '{print $1}' /sys/block/$q/stat)" -gt "${before[$i]}" ] || ok=0
+			[ "$(completed_ios $q)" -gt "${before[$i]}" ] || ok=0
 			i=$((i + 1))
 		done
 		[ $ok = 1 ] && return 0
@@ -146,9 +147,9 @@ multi_stack_cases() {	# multi_stack_cases STACK DEV [COUNT]
 			curl -fsS --max-time 10 -o "$p-nm2-status.json" "http://127.0.0.1:19873/status"
 		else
 			# Quiet: no scrape while the reads run has a pair raised (poll_scrapes). The polls start once
-			# both disks complete reads: under TCG on a loaded host fio took longer than the four polls to
+			# both disks complete I/O: under TCG on a loaded host fio took longer than the four polls to
 			# issue its first read (a clean-clone make test of 2026-11-27 polled an idle stack on 5.10).
-			reads_running $MD1 $MD2 || die "$st: fio issued no read on $MD1 $MD2 within 60 s"
+			io_running $MD1 $MD2 || die "$st: fio completed no I/O on $MD1 $MD2 within 60 s"
 			poll_scrapes "$p-nm0"
 		fi
 		kill "$reader"; wait "$reader" 2>/dev/null || true
