@@ -359,9 +359,13 @@ void CollapseDetector::StepSplit(const PairKey& key, TimePoint now, const Topolo
                                                        now - state->split_healthy_since >= policy_.clear_after))) {
     state->split_raised = false;
     state->has_split_healthy_since = false;
+    // The window's evidence now (often an empty window once the reads ended), not the onset's sentence.
+    const CollapseEvidence& e = state->evidence;
     events->push_back({false, true, disk, key.second,
                        "I/O split ticket cleared on " + where + (veto.empty() ? "" : " (" + veto + ")") + ": " +
-                           d.evidence});
+                           Number(e.requests_per_second) + " requests/s, mean request " +
+                           Number(e.mean_request_bytes) + " bytes, " + Percent(e.missed_share) + " missed merges, " +
+                           Percent(e.merge_share) + " merged"});
   }
 }
 
