@@ -47,7 +47,7 @@ def test_promtool_checks_the_generated_rules(workdir):
     with open(path, "w") as f:
         f.write(jsonnet("-S", "rules.jsonnet"))
     r = run([tool("promtool"), "check", "rules", "--lint=all", "--lint-fatal", path])
-    assert r.returncode == 0 and "SUCCESS: 17 rules found" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "SUCCESS: 18 rules found" in r.stdout, r.stdout + r.stderr
 
 
 def test_selector_and_runbook_url_come_from_the_config_alone():
@@ -57,7 +57,7 @@ def test_selector_and_runbook_url_come_from_the_config_alone():
     rules = yaml.safe_load(jsonnet("-S", "-e", f"local m = {override}; std.manifestYamlDoc("
                                                "{groups: m.prometheusRules.groups + m.prometheusAlerts.groups})"))
     alerts = [r for g in rules["groups"] for r in g["rules"] if "alert" in r]
-    assert len(alerts) == 7
+    assert len(alerts) == 8
     records = {r["record"]: r["expr"] for g in rules["groups"] for r in g["rules"] if "record" in r}
     for a in alerts:
         assert a["annotations"]["runbook_url"] == f"https://wiki.example.org/mergewatch#{a['alert'].lower()}"
