@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "findings/queue_findings.h"
+#include "topology/transport.h"
 
 #include <algorithm>
 #include <cctype>
@@ -37,18 +38,25 @@ bool Eligible(const BlockDevice& d) {
 
 std::optional<QueueFinding> RotationalWithoutScheduler(const BlockDevice& d) {
   const QueueSettings& q = d.queue;
-  if (q.rotational != 1 || q.hw_queues != 1 || q.scheduler != "none") return std::nullopt;
+  if (q.rotational != 1 || q.scheduler != "none" || !TransportReportsRotation(d.transport)) return std::nullopt;
   std::vector<std::string> elevators;
   for (const std::string& s : q.available_schedulers)
     if (s != "none") elevators.push_back(s);
   QueueFinding f{d.name, kRotationalWithoutScheduler, "", ""};
-  f.evidence = "rotational=1, 1 hardware queue, scheduler none; ";
+  f.evidence = "rotational=1 (" + (d.transport.empty() ? std::string("driver unknown") : "driver " + d.transport) +
+               "), " + std::to_string(q.hw_queues) + (q.hw_queues == 1 ? " hardware queue" : " hardware queues") +
+               ", scheduler none; ";
   const std::string set = "echo mq-deadline > " + SysfsQueue(d.name, "scheduler");
+  // With one hardware queue (or host-wide tags) the kernel picks mq-deadline itself if it is there when
+  // the disk registers; with more it picks none whatever is built in: only a udev rule makes it stick.
+  const std::string stick = q.hw_queues == 1
+      ? "build CONFIG_MQ_IOSCHED_DEADLINE=y (or load the module from the initramfs) so the disk gets it when it "
+        "registers"
+      : "make it stick with a udev rule setting ATTR{queue/scheduler} (with several hardware queues the kernel "
+        "itself picks none)";
   if (elevators.empty()) {
     f.evidence += "no elevator is built in or loaded (queue/scheduler lists only none)";
-    f.remedy = "modprobe mq-deadline, then " + set +
-               "; build CONFIG_MQ_IOSCHED_DEADLINE=y (or load the module from the initramfs) so the disk gets it "
-               "when it registers";
+    f.remedy = "modprobe mq-deadline, then " + set + "; " + stick;
   } else {
     f.evidence += "available: " + JoinWords(elevators);
     const bool deadline = std::find(elevators.begin(), elevators.end(), "mq-deadline") != elevators.end();

@@ -5,7 +5,7 @@
 // Pure: everything comes from a Topology (already read from sysfs by topology/) and the kernel
 // release string; the caller publishes the result as mergewatch_queue_config_finding and logs
 // what changed. Findings apply to request-based whole disks only (loop devices included, md
-// members are disks), never to dm or md devices themselves, and never to a setting the driver
+// members are disks; rotational_without_scheduler leaves loop devices out), never to dm or md devices themselves, and never to a setting the driver
 // itself chose (see FindQueueConfigProblems).
 #pragma once
 
@@ -57,8 +57,11 @@ struct QueueFinding {
 };
 
 // Every finding that holds, sorted by device then finding:
-// - rotational_without_scheduler: rotational 1, one hardware queue (mq/ has one entry: with more
-//   the kernel's own default is none, elevator_get_default()), active scheduler none;
+// - rotational_without_scheduler: rotational 1 on a transport whose flag is the device's word
+//   (TransportReportsRotation: not virtio_blk, Xen vbd, loop, aoe), active scheduler none, whatever the
+//   number of hardware queues: with more than one (virtio-scsi's default of one per vCPU, an HBA's) the
+//   kernel's own default is none (elevator_get_default(), unless the tags are host-wide), and the disk
+//   seeks just the same;
 // - merging_disabled_under_stack: nomerges not 0 on a disk with a dm or md device above it,
 //   except a buffered loop device's nomerges 2 before 6.11 (the driver set it until 667ea36378cf,
 //   "loop: don't set QUEUE_FLAG_NOMERGES");

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "topology/topology.h"
 #include "topology/block_ids.h"
+#include "topology/transport.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -501,6 +502,10 @@ std::optional<BlockDevice> ReadDevice(const SysfsTree& tree, const std::string& 
   const std::string disk_rel = device.is_partition ? Dirname(rel) : rel;
   device.disk = Basename(disk_rel);
   device.kind = Classify(tree, disk_rel);
+  device.transport = ReadTransport([&tree](const std::string& r) -> std::optional<std::string> {
+    const Lookup l = tree.Resolve(r);
+    return l.ok() ? std::optional<std::string>(l.rel) : std::nullopt;
+  }, disk_rel, device.kind == DeviceKind::kLoop);
   ReadDmInfo(tree, rel, &device);
   device.slaves = tree.ListNames(rel + "/slaves");
   device.holders = tree.ListNames(rel + "/holders");

@@ -95,6 +95,9 @@ struct BlockDevice {
   // loop/dio of an attached loop device: 1 in direct I/O mode, 0 buffered, -1 not a loop
   // device or not attached. Before 6.11 the loop driver itself sets nomerges while buffered.
   int loop_direct_io = -1;
+  // The disk's driver as sysfs names it ("sd", "virtio_blk", "vbd", "nvme", "loop"; "" unknown): see
+  // topology/transport.h. Partitions carry their disk's. Not part of Dump().
+  std::string transport;
 };
 
 // An LVM dm name split into its parts, '--' unescaped to '-'.

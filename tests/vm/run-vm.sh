@@ -33,8 +33,10 @@
 #     --multi-parts "P..." with --nvme-disks 2: only these stacks of the multi-disk part, in order
 #                          (md md64k striped striped4k raid10 raid1w trim; all by default)
 #     --rotational-disks N also give the guest N emulated 7200 rpm disks (QEMU scsi-hd, serials
-#                          mwrot1..N) on one single-queue virtio-scsi controller: the
-#                          rotational single-queue disks of an HDD host, for the queue findings
+#                          mwrot1..N) on one virtio-scsi controller with QEMU's default queues (one
+#                          per vCPU): rotational disks with several hardware queues, for the queue findings
+#     --virtio-blk-disks N also give the guest N one-queue virtio-blk disks (serials mwvblk1..N, 256 MiB):
+#                          rotational=1 from a driver that cannot know, for the queue findings
 #     --loader-cases       after the scenario (and stacking) cases, run tests/vm/guest-loader.sh
 #                          in the same guest (loader-results.txt: test_vm_kernels.py)
 #     --release TARBALL    with --release-root: make release's tarball, for the cases named rel-* (the
@@ -97,6 +99,7 @@ multipath=${MW_VM_MULTIPATH:-0}
 path_removal=0
 part_disk=${MW_VM_PART_DISK:-0}
 rotational_disks=${MW_VM_ROTATIONAL_DISKS:-0}
+virtio_blk_disks=${MW_VM_VIRTIO_BLK_DISKS:-0}
 nvme_disks=${MW_VM_NVME_DISKS:-0}
 multi_parts=
 loader_cases=${MW_VM_LOADER_CASES:-0}
@@ -131,6 +134,7 @@ while [ $# -gt 0 ]; do
 	--path-removal) path_removal=1; shift ;;
 	--part-disk) part_disk=1; shift ;;
 	--rotational-disks) rotational_disks=$2; shift 2 ;;
+	--virtio-blk-disks) virtio_blk_disks=$2; shift 2 ;;
 	--nvme-disks) nvme_disks=$2; shift 2 ;;
 	--multi-parts) multi_parts=$2; shift 2 ;;
 	--loader-cases) loader_cases=1; shift ;;
@@ -151,6 +155,7 @@ die() { printf 'run-vm: ERROR: %s\n' "$*" >&2; exit 2; }
 
 [ "$(id -u)" -eq 0 ] || die "must run as root (the guest reads the host's root over 9p)"
 [[ "$rotational_disks" =~ ^[0-9]$ ]] || die "--rotational-disks '$rotational_disks': a number of disks from 0 to 9"
+[[ "$virtio_blk_disks" =~ ^[0-9]$ ]] || die "--virtio-blk-disks '$virtio_blk_disks': a number of disks from 0 to 9"
 [[ "$nvme_disks" =~ ^[0-9]$ ]] || die "--nvme-disks '$nvme_disks': a number of disks from 0 to 9"
 case "$kernel" in
 6.1) vmenv="$vmdir/vm.env" ;;
@@ -226,6 +231,7 @@ touch "$out/.mw-vm-run"
 	printf 'MW_NVME_DISKS=%q\n' "$nvme_disks"
 	[ -n "$multi_parts" ] && printf 'MW_MULTI_PARTS=%q\n' "$multi_parts"
 	printf 'MW_ROTATIONAL_DISKS=%q\n' "$rotational_disks"
+	printf 'MW_VIRTIO_BLK_DISKS=%q\n' "$virtio_blk_disks"
 	printf 'MW_STACKING=%q\n' "$stacking"
 	[ -n "$stack_parts" ] && printf 'MW_STACK_PARTS=%q\n' "$stack_parts"
 	printf 'MW_LOADER_CASES=%q\n' "$loader_cases"
@@ -314,9 +320,10 @@ for i in $(seq 1 "$nvme_disks"); do
 done
 rotdisks=()
 if [ "$rotational_disks" -gt 0 ]; then
-	# num_queues=1: one hardware queue per disk, as a SATA HDD has (the kernel then picks mq-deadline
-	# itself when it is built in); QEMU's default is one queue per vCPU.
-	mpargs+=(-device virtio-scsi-pci,id=mwscsi,num_queues=1)
+	# QEMU's default num_queues, one per vCPU: the guest's disks get that many hardware queues, so the
+	# kernel picks none for them (elevator_get_default()) though they report 7200 rpm, as an HDD behind a
+	# multi-queue HBA. The one-queue shape (a SATA port) is the unit tests' md-raid1-hdd fixture.
+	mpargs+=(-device virtio-scsi-pci,id=mwscsi)
 	for i in $(seq 1 "$rotational_disks"); do
 		rotdisks+=("$(mktemp "$vmdir/rot-XXXXXX.img")")
 		truncate -s 256M "${rotdisks[-1]}"
@@ -324,6 +331,13 @@ if [ "$rotational_disks" -gt 0 ]; then
 			-device scsi-hd,drive=rot$i,bus=mwscsi.0,rotation_rate=7200,serial=mwrot$i)
 	done
 fi
+for i in $(seq 1 "$virtio_blk_disks"); do
+	rotdisks+=("$(mktemp "$vmdir/vblk-XXXXXX.img")")
+	truncate -s 256M "${rotdisks[-1]}"
+	# num-queues=1: a single-queue virtio-blk disk, the cloud image's shape that got a finding for nothing.
+	mpargs+=(-drive "file=${rotdisks[-1]},if=none,id=vblk$i,format=raw,cache=unsafe"
+		-device "virtio-blk-pci,drive=vblk$i,num-queues=1,serial=mwvblk$i")
+done
 if [ "$multipath" = 1 ]; then
 	mpdisk=$(mktemp "$vmdir/nvme-mp-XXXXXX.img")
 	truncate -s 1G "$mpdisk"

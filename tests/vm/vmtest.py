@@ -301,8 +301,9 @@ def scenario_args(kernel):
     """run-vm.sh's arguments for the scenario boot of `kernel` (besides --out, --timeout and the daemon)."""
     if kernel == "6.1":
         # Every case, then guest-stacking.sh (with the several-disk stack) and guest-findings.sh (the rotational
-        # disks) in the same guest.
-        return ["--part-disk", "--multipath", "--path-removal", "--rotational-disks", "2", "--nvme-disks", "2"]
+        # disks, the virtio-blk disk) in the same guest.
+        return ["--part-disk", "--multipath", "--path-removal", "--rotational-disks", "2", "--virtio-blk-disks", "1",
+                "--nvme-disks", "2"]
     if kernel == "5.10":
         if not (os.path.isfile(RELEASE_TARBALL) and os.path.isdir(RELEASE_ROOT)):
             pytest.fail(f"the 5.10 boot runs the release: MERGEWATCH_RELEASE_TARBALL={RELEASE_TARBALL!r} and "

@@ -111,16 +111,81 @@ TEST(QueueFindings, ElevatorAvailableButNotChosenSaysWhichAndHowToSetIt) {
   EXPECT_EQ(findings[0].remedy.rfind("echo mq-deadline > /sys/block/sda/queue/scheduler", 0), 0u) << findings[0].remedy;
 }
 
-TEST(QueueFindings, MultiQueueRotationalOnNoneIsTheKernelsOwnDefault) {
+TEST(QueueFindings, RotationalOnNoneIsAFindingWhateverTheHardwareQueues) {
   std::vector<BlockDevice> devices = {Disk("sdc", DeviceKind::kScsi)};
+  devices[0].transport = "sd";
   devices[0].queue.rotational = 1;
   devices[0].queue.scheduler = "none";
-  devices[0].queue.hw_queues = 4;  // elevator_get_default() picks none for more than one hardware queue
-  EXPECT_EQ(Found(Topology::FromDevices(devices), kKernel61), Pairs{});
+  // An HDD behind a multi-queue HBA (virtio-scsi's default of one queue per vCPU, host-wide tags): the
+  // kernel's own default is none there (elevator_get_default()), and the disk seeks all the same.
+  devices[0].queue.hw_queues = 4;
+  const std::vector<QueueFinding> multi = FindQueueConfigProblems(Topology::FromDevices(devices), kKernel61);
+  ASSERT_EQ(multi.size(), 1u);
+  EXPECT_EQ(multi[0].finding, kRotationalWithoutScheduler);
+  EXPECT_EQ(multi[0].evidence, "rotational=1 (driver sd), 4 hardware queues, scheduler none; available: mq-deadline");
+  EXPECT_EQ(multi[0].remedy, "echo mq-deadline > /sys/block/sdc/queue/scheduler, and make it stick with a udev rule "
+                             "setting ATTR{queue/scheduler}");
+  devices[0].queue.available_schedulers = {"none"};  // no elevator: built in would not help, the rule does
+  const std::vector<QueueFinding> bare = FindQueueConfigProblems(Topology::FromDevices(devices), kKernel61);
+  ASSERT_EQ(bare.size(), 1u);
+  EXPECT_NE(bare[0].remedy.find("udev rule"), std::string::npos) << bare[0].remedy;
+  EXPECT_EQ(bare[0].remedy.find("CONFIG_MQ_IOSCHED_DEADLINE"), std::string::npos) << bare[0].remedy;
   devices[0].queue.hw_queues = 1;
   EXPECT_EQ(Found(Topology::FromDevices(devices), kKernel61), (Pairs{{"sdc", kRotationalWithoutScheduler}}));
   devices[0].queue.rotational = 0;  // an SSD on none: no finding
   EXPECT_EQ(Found(Topology::FromDevices(devices), kKernel61), Pairs{});
+}
+
+// --- which transports can say they rotate (fixture transports) -------------------------------------
+
+TEST(QueueFindings, TransportsAreReadFromTheDriverLink) {
+  std::vector<std::string> warnings;
+  const Topology t = Topology::FromDevices(ScanDevices("transports", &warnings));
+  EXPECT_TRUE(warnings.empty()) << warnings.front();
+  const std::vector<std::pair<std::string, std::string>> want = {
+      {"sda", "sd"}, {"vda", "virtio_blk"}, {"xvda", "vbd"}, {"nvme0n1", "nvme"}, {"loop0", "loop"}};
+  for (const auto& [name, transport] : want) {
+    const BlockDevice* d = t.FindByName(name);
+    ASSERT_NE(d, nullptr) << name;
+    EXPECT_EQ(d->transport, transport) << name;
+    EXPECT_TRUE(d->request_based) << name;
+    EXPECT_EQ(d->queue.rotational, 1) << name;
+    EXPECT_EQ(d->queue.scheduler, "none") << name;
+  }
+  EXPECT_EQ(t.FindByName("sda")->queue.hw_queues, 2);
+  EXPECT_EQ(t.FindByName("vda")->queue.hw_queues, 1);
+  // The LinkedIn fixture's SATA disks hang off sd too.
+  const Topology hdd = Topology::FromDevices(ScanDevices("md-raid1-hdd", nullptr));
+  EXPECT_EQ(hdd.FindByName("sda")->transport, "sd");
+  EXPECT_EQ(hdd.FindByName("sda1")->transport, "sd");  // a partition carries its disk's
+  EXPECT_EQ(hdd.FindByName("md0")->transport, "");
+}
+
+TEST(QueueFindings, OnlyTransportsThatReportRotationAreNamed) {
+  // Every disk rotational=1 on none: the scsi disk with two queues (QEMU scsi-hd, rotation_rate=7200,
+  // virtio-scsi's default queues) and the NVMe namespace are named; the one-queue virtio-blk disk, the
+  // Xen disk and the loop device are not (their flag is never the device's word).
+  std::vector<BlockDevice> devices = ScanDevices("transports", nullptr);
+  EXPECT_EQ(Found(Topology::FromDevices(devices), kKernel61),
+            (Pairs{{"nvme0n1", kRotationalWithoutScheduler}, {"sda", kRotationalWithoutScheduler}}));
+  const std::vector<QueueFinding> findings = FindQueueConfigProblems(Topology::FromDevices(devices), kKernel61);
+  ASSERT_EQ(findings.size(), 2u);
+  EXPECT_EQ(findings[1].evidence, "rotational=1 (driver sd), 2 hardware queues, scheduler none; available: mq-deadline");
+  // mq-deadline clears it; nothing else changes.
+  Named(&devices, "sda")->queue.scheduler = "mq-deadline";
+  Named(&devices, "nvme0n1")->queue.scheduler = "mq-deadline";
+  EXPECT_EQ(Found(Topology::FromDevices(devices), kKernel61), Pairs{});
+  // Each non-reporting transport alone, on every kernel: never named.
+  for (const char* name : {"vda", "xvda", "loop0"}) {
+    const BlockDevice* d = Named(&devices, name);
+    for (const char* kernel : {kKernel61, kKernel611, kKernel618})
+      EXPECT_EQ(Found(Topology::FromDevices({*d}), kernel), Pairs{}) << name << " " << kernel;
+  }
+  // An unknown transport (a virtual disk: nbd, ublk) counts as one that can say.
+  BlockDevice nbd = Disk("nbd0", DeviceKind::kOther);
+  nbd.queue.rotational = 1;
+  nbd.queue.scheduler = "none";
+  EXPECT_EQ(Found(Topology::FromDevices({nbd}), kKernel61), (Pairs{{"nbd0", kRotationalWithoutScheduler}}));
 }
 
 // --- merging_disabled_under_stack ------------------------------------------------------------------

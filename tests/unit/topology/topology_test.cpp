@@ -104,7 +104,7 @@ TEST_P(TopologyGoldenTest, DumpMatchesGolden) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TopologyGoldenTest,
                          ::testing::Values("seed-lvm-snapshot", "nvme-partitions", "md-raid1", "md-raid1-hdd",
-                                           "dm-multipath", "loop", "big-minors", "malformed",
+                                           "dm-multipath", "loop", "transports", "big-minors", "malformed",
                                            "nvme-multipath"),
                          [](const ::testing::TestParamInfo<const char*>& info) {
                            std::string name = info.param;
