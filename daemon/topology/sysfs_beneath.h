@@ -19,4 +19,8 @@ int OpenSysfsRoot(const std::string& sysfs_root);
 // takes its portable path.
 int OpenBeneath(int root_fd, const std::string& rel, bool* unsupported);
 
+// Whether the open descriptor `fd` is a regular file, the check both ways of reading an attribute make before
+// they read (OpenBeneath here, SysfsTree's walk): a FIFO or device node in the tree is never read.
+bool IsRegularFile(int fd);
+
 }  // namespace mergewatch

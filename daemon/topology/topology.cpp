@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "topology/topology.h"
 #include "topology/block_ids.h"
+#include "topology/sysfs_beneath.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -250,8 +250,7 @@ class SysfsTree {
       Warn(rel, std::string("unreadable: ") + strerror(errno));
       return std::nullopt;
     }
-    struct stat st {};
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (!IsRegularFile(fd)) {
       close(fd);
       Warn(rel, "not a regular file");
       return std::nullopt;
