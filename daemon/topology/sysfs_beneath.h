@@ -3,7 +3,7 @@
 // openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS) from an O_PATH descriptor of the sysfs root, so the kernel
 // follows the relative symlinks sysfs is made of and refuses whatever would leave the root (an absolute
 // symlink, ".." above it: EXDEV). For the readers that run often (the scrape's device names, the tick's queue
-// settings); the topology scan itself walks with one lstat per component (topology.cpp, SysfsTree).
+// settings); the topology scan itself walks with one lstat per component (sysfs_tree.h, SysfsTree).
 #pragma once
 
 #include <string>
