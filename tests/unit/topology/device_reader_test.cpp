@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -403,6 +404,34 @@ TEST(TopologyResolveDevice, ReadsOneDeviceWithoutScanning) {
   EXPECT_EQ(dm3->slaves, (Names{"dm-0", "dm-2"}));
   EXPECT_FALSE(ResolveDevice(CaseRoot("seed-lvm-snapshot"), 253, 9, &warnings).has_value());
   EXPECT_TRUE(warnings.empty());
+}
+
+// ---------------------------------------------------------------------------
+// One device at a time (device_reader.h), as the walks call it.
+
+// A partition read on its own takes its disk's queue/ from the parent directory; given the disk's
+// queue by the caller (a scan reads the disk first), it reads none of its own.
+TEST(TopologyReadDevice, PartitionQueueFromTheCallerOrTheParent) {
+  std::vector<std::string> warnings;
+  const topology_internal::SysfsTree tree(CaseRoot("nvme-partitions"), &warnings);
+  const std::optional<std::string> disk_dir = topology_internal::ResolveDeviceDir(tree, "block/nvme0n1");
+  ASSERT_TRUE(disk_dir.has_value());
+  EXPECT_EQ(*disk_dir, "devices/pci0000:00/0000:00:1b.0/0000:01:00.0/nvme/nvme0/nvme0n1");
+  const std::string part_dir = *disk_dir + "/nvme0n1p2";
+  const std::optional<BlockDevice> alone = topology_internal::ReadDevice(tree, part_dir, nullptr);
+  ASSERT_TRUE(alone.has_value());
+  EXPECT_TRUE(alone->is_partition);
+  EXPECT_EQ(alone->disk, "nvme0n1");
+  EXPECT_EQ(alone->queue.max_sectors_kb, 512u);
+  EXPECT_EQ(topology_internal::ReadQueue(tree, *disk_dir).max_sectors_kb, 512u);
+  QueueSettings given;
+  given.max_sectors_kb = 4242;
+  const std::optional<BlockDevice> with_disk = topology_internal::ReadDevice(tree, part_dir, &given);
+  ASSERT_TRUE(with_disk.has_value());
+  EXPECT_EQ(with_disk->queue.max_sectors_kb, 4242u);
+  EXPECT_TRUE(warnings.empty()) << warnings.front();
+  EXPECT_FALSE(topology_internal::ResolveDeviceDir(tree, "block/nvme9n9").has_value());
+  EXPECT_TRUE(ContainsSubstring(warnings, "block/nvme9n9: does not exist"));
 }
 
 // ---------------------------------------------------------------------------

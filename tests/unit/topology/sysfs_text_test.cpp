@@ -71,5 +71,51 @@ TEST(TopologyNvmeMultipath, HeadNameFollowsTheKernelsNaming) {
     EXPECT_FALSE(MultipathHeadOf(other).has_value()) << other;
 }
 
+TEST(TopologyParseSchedulerList, EveryNameInFileOrder) {
+  using List = std::vector<std::string>;
+  EXPECT_EQ(ParseSchedulerList("[none] mq-deadline kyber"), (List{"none", "mq-deadline", "kyber"}));
+  EXPECT_EQ(ParseSchedulerList("none [mq-deadline] bfq\n"), (List{"none", "mq-deadline", "bfq"}));
+  EXPECT_EQ(ParseSchedulerList("none"), (List{"none"}));
+  EXPECT_TRUE(ParseSchedulerList("").empty());
+  EXPECT_TRUE(ParseSchedulerList("[]").empty());
+}
+
+// The helpers the readers share (sysfs_text.h).
+TEST(TopologySysfsText, ParseDevNumberKeepsToTheKernelsDevT) {
+  using topology_internal::ParseDevNumber;
+  using DevNumber = std::optional<std::pair<uint32_t, uint32_t>>;
+  EXPECT_EQ(ParseDevNumber("259:3"), DevNumber(std::make_pair(259u, 3u)));
+  EXPECT_EQ(ParseDevNumber("7:1048575"), DevNumber(std::make_pair(7u, (1u << 20) - 1)));  // MW_MINORMASK
+  EXPECT_EQ(ParseDevNumber("4095:0"), DevNumber(std::make_pair(4095u, 0u)));               // MW_MAJORMASK
+  for (const char* bad : {"7:1048576", "4096:0", "259", "259:", ":3", "259:x", "-1:0", "259:3 ", "+7:0"})
+    EXPECT_FALSE(ParseDevNumber(bad).has_value()) << bad;
+  EXPECT_EQ(topology_internal::DevNumberText(259, 3), "259:3");
+}
+
+TEST(TopologySysfsText, ParseDecimalWholeStringWithinBounds) {
+  using topology_internal::ParseDecimal;
+  EXPECT_EQ(ParseDecimal<int>("2", 0, 2), std::optional<int>(2));
+  EXPECT_FALSE(ParseDecimal<int>("3", 0, 2).has_value());
+  EXPECT_FALSE(ParseDecimal<int>("", 0, 2).has_value());
+  EXPECT_FALSE(ParseDecimal<int>("1x", 0, 2).has_value());
+  EXPECT_FALSE(ParseDecimal<uint64_t>("-5", 0, UINT64_MAX).has_value());
+  EXPECT_FALSE(ParseDecimal<uint32_t>("4294967296", 0, UINT32_MAX).has_value());  // overflow
+}
+
+TEST(TopologySysfsText, TrimAndPathParts) {
+  using namespace topology_internal;
+  EXPECT_EQ(Trim(" \t[none] mq-deadline\r\n"), "[none] mq-deadline");
+  EXPECT_EQ(Trim(" \n"), "");
+  EXPECT_TRUE(StartsWith("LVM-abc", "LVM-"));
+  EXPECT_FALSE(StartsWith("LV", "LVM-"));
+  EXPECT_EQ(Basename("devices/virtual/block/loop0"), "loop0");
+  EXPECT_EQ(Dirname("devices/virtual/block/loop0"), "devices/virtual/block");
+  EXPECT_EQ(Basename("loop0"), "loop0");
+  EXPECT_EQ(Dirname("loop0"), "");
+  std::vector<std::string> warnings;
+  AppendWarning(&warnings, "one");
+  AppendWarning(nullptr, "dropped");
+  EXPECT_EQ(warnings, std::vector<std::string>{"one"});
+}
 }  // namespace
 }  // namespace mergewatch
