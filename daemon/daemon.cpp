@@ -158,16 +158,28 @@ std::string DescribeEvidence(const EvidenceSources& sources) {
   return std::to_string(sources.bpf()->attached_count()) + " programs attached (" + sources.bpf()->mode() + ")";
 }
 
-}  // namespace
-
-int RunDaemon(const Config& config) {
+// The log set up as configured, then the first lines an operator reads: version, kernel, flags to replace.
+void AnnounceStart(const Config& config) {
   SetLogLevel(config.log_level);
   SetLogFormat(config.log_format);
   LogInfo("starting mergewatchd " + VersionString() + " on kernel " + KernelRelease());
   SdNotify("STATUS=starting");
-  RaiseFileLimit();
   for (const std::string& warning : config.deprecated_flags) LogWarn(warning);
   LogInfo("series for " + config.devices.Describe());
+}
+
+// The table is indexed by hash bits, so its size is a power of two: say so when the flag was not.
+void AnnounceInflightCapacity(const Config& config, uint32_t capacity) {
+  if (capacity != config.inflight_entries)
+    LogInfo("in-flight table: " + std::to_string(capacity) + " slots (--bpf.inflight-entries=" +
+            std::to_string(config.inflight_entries) + " rounded up to a power of two)");
+}
+
+}  // namespace
+
+int RunDaemon(const Config& config) {
+  AnnounceStart(config);
+  RaiseFileLimit();
 
   std::string error;
   HttpOptions http;
@@ -189,10 +201,7 @@ int RunDaemon(const Config& config) {
 
   SysfsDeviceNamer namer(config.sysfs_root);
   DaemonStatus status{VersionString(), KernelRelease(), 1u << InflightSlotBits(config.inflight_entries)};
-  // The table is indexed by hash bits, so its size is a power of two: say so when the flag was not.
-  if (status.inflight_capacity != config.inflight_entries)
-    LogInfo("in-flight table: " + std::to_string(status.inflight_capacity) + " slots (--bpf.inflight-entries=" +
-            std::to_string(config.inflight_entries) + " rounded up to a power of two)");
+  AnnounceInflightCapacity(config, status.inflight_capacity);
   DeviceWatch watch;  // before the first scan: a device added meanwhile is not missed
   // Scrapes name devices from the topology while the events say it is current, else by sysfs.
   TopologyNames names(namer, watch.fd() >= 0 ? std::function<bool()>([&watch] { return watch.Unread(); })

@@ -12,6 +12,7 @@
 #include "log.h"
 #include "sd_notify.h"
 #include "signals.h"
+#include "findings/queue_findings.h"
 #include "source/stale_keys.h"
 
 namespace mergewatch {
@@ -143,6 +144,11 @@ void MainLoop::Tick(TimePoint now) {
       break;
     }
   }
+  // A disk whose queue finding max_sectors_capped holds gets no split ticket: that finding names the cause.
+  std::vector<std::string> capped;
+  for (const QueueFinding& f : parts_.state.Findings())
+    if (f.finding == kMaxSectorsCapped) capped.push_back(f.device);
+  parts_.detector.SetSplitVetoes(std::move(capped));
   for (const CollapseEvent& event : parts_.detector.Update(now, snapshot, *parts_.topology.current()))
     Log(event.onset ? LogLevel::kWarn : LogLevel::kInfo, event.message);
   parts_.state.Publish(parts_.topology.current(), parts_.detector.Verdicts());

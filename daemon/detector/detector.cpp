@@ -44,6 +44,22 @@ uint64_t Sub(uint64_t now, uint64_t then) { return now >= then ? now - then : 0;
 
 }  // namespace
 
+// An LVM snapshot: a dm device with a -cow layer below it (the uuid suffix LVM gives that layer).
+bool IsSnapshot(const BlockDevice* upper, const Topology& topology) {
+  if (upper == nullptr || upper->kind != DeviceKind::kDm) return false;
+  for (const std::string& slave : upper->slaves)
+    if (const BlockDevice* s = topology.FindByName(slave); s != nullptr && s->lvm_layer == "cow") return true;
+  return false;
+}
+
+uint64_t SplitChunkBytes(const BlockDevice* upper, const Topology& topology, double mean_request_bytes) {
+  if (upper == nullptr) return 0;
+  if (upper->queue.chunk_bytes > 0) return upper->queue.chunk_bytes;
+  if (!IsSnapshot(upper, topology) || mean_request_bytes < 512) return 0;
+  // Chunks are powers of two (4 KiB to 512 KiB); a few foreign requests in the window move the mean.
+  return uint64_t{1} << static_cast<unsigned>(std::lround(std::log2(mean_request_bytes)));
+}
+
 bool ParseDuration(const std::string& text, Duration* out) {
   size_t digits = 0;
   while (digits < text.size() && (isdigit(static_cast<unsigned char>(text[digits])) || text[digits] == '.')) ++digits;
@@ -246,7 +262,11 @@ std::vector<CollapseEvent> CollapseDetector::Update(TimePoint now, const Snapsho
   // A pair that disappeared takes its state with it: nothing stays raised for a ghost.
   for (const auto& [key, state] : pairs_) {
     if (state.raised && !next.count(key))
-      events.push_back({false, key.first, state.upper, "merge collapse cleared on " + key.first + ": device removed"});
+      events.push_back(
+          {false, false, key.first, state.upper, "merge collapse cleared on " + key.first + ": device removed"});
+    if (state.split_raised && !next.count(key))
+      events.push_back({false, true, key.first, state.upper,
+                        "I/O split ticket cleared on " + key.first + " (under " + key.second + "): device removed"});
   }
   pairs_ = std::move(next);
   return events;
@@ -275,7 +295,7 @@ void CollapseDetector::Step(const PairKey& key, TimePoint now, CollapseEvidence 
     if (!state.raised && now - state.condition_since >= policy_.raise_after) {
       state.raised = true;
       if (key.second.empty()) state.upper = state.evidence.upper;
-      events->push_back({true, name, state.upper, Describe(true, name, state.evidence, topology)});
+      events->push_back({true, false, name, state.upper, Describe(true, name, state.evidence, topology)});
     }
   } else {
     state.has_condition_since = false;
@@ -287,12 +307,66 @@ void CollapseDetector::Step(const PairKey& key, TimePoint now, CollapseEvidence 
       if (now - state.healthy_since >= policy_.clear_after) {
         state.raised = false;
         state.has_healthy_since = false;
-        events->push_back({false, name, state.upper, Describe(false, name, state.evidence, topology)});
+        events->push_back({false, false, name, state.upper, Describe(false, name, state.evidence, topology)});
       }
     }
   }
   state.diagnosis = state.condition || state.raised ? Diagnose(name, state.evidence, topology) : Diagnosis{};
+  StepSplit(key, now, topology, &state, events);
   (*next)[key] = std::move(state);
+}
+
+void CollapseDetector::StepSplit(const PairKey& key, TimePoint now, const Topology& topology, DiskState* state,
+                                 std::vector<CollapseEvent>* events) const {
+  const std::string& disk = key.first;
+  // One cause at a time: a collapse page, or the max_sectors_capped finding, names the cause of the
+  // small requests; reduced evidence cannot tell a split from a collapse (the diskstats source sees no
+  // missed merges). Each withdraws the ticket at once. Only remap pairs: the upper device is known.
+  std::string veto;
+  if (state->condition || state->raised) veto = "the merge-collapse page names the cause";
+  else if (std::find(split_vetoes_.begin(), split_vetoes_.end(), disk) != split_vetoes_.end())
+    veto = "the queue finding max_sectors_capped names the cause";
+  else if (state->evidence.reduced || reduced_) veto = "reduced evidence (diskstats source)";
+  state->split_condition = veto.empty() && !key.second.empty() && SplitCondition(state->evidence, policy_);
+  const std::string where = disk + " (under " + key.second + ")";
+  if (state->split_condition) {
+    state->has_split_healthy_since = false;
+    if (!state->has_split_since) {
+      state->has_split_since = true;
+      state->split_since = now;
+    }
+  } else {
+    state->has_split_since = false;
+    if (state->split_raised && !state->has_split_healthy_since) {
+      state->has_split_healthy_since = true;
+      state->split_healthy_since = now;
+    }
+  }
+  if (state->split_condition || state->split_raised) {
+    state->split_diagnosis = DiagnoseSplit(disk, state->evidence, topology);
+    state->split_chunk_bytes =
+        SplitChunkBytes(topology.FindByName(key.second), topology, state->evidence.mean_request_bytes);
+  } else {
+    state->split_diagnosis = Diagnosis{};
+    state->split_chunk_bytes = 0;
+  }
+  const Diagnosis& d = state->split_diagnosis;
+  if (!state->split_raised && state->split_condition && now - state->split_since >= policy_.raise_after) {
+    state->split_raised = true;
+    events->push_back({true, true, disk, key.second,
+                       "I/O split on " + where + ": " + d.evidence + ". Cause: " + d.cause + ". Remedy: " + d.remedy});
+  } else if (state->split_raised && (!veto.empty() || (state->has_split_healthy_since &&
+                                                       now - state->split_healthy_since >= policy_.clear_after))) {
+    state->split_raised = false;
+    state->has_split_healthy_since = false;
+    // The window's evidence now (often an empty window once the reads ended), not the onset's sentence.
+    const CollapseEvidence& e = state->evidence;
+    events->push_back({false, true, disk, key.second,
+                       "I/O split ticket cleared on " + where + (veto.empty() ? "" : " (" + veto + ")") + ": " +
+                           Number(e.requests_per_second) + " requests/s, mean request " +
+                           Number(e.mean_request_bytes) + " bytes, " + Percent(e.missed_share) + " missed merges, " +
+                           Percent(e.merge_share) + " merged"});
+  }
 }
 
 namespace {
@@ -405,6 +479,16 @@ bool ReducedCondition(const CollapseEvidence& e, const CollapsePolicy& policy) {
   return policy.require_upper == UpperRequirement::kNone || !e.upper.empty();
 }
 
+bool SplitCondition(const CollapseEvidence& e, const CollapsePolicy& policy) {
+  if (e.reduced || e.upper.empty() || e.mean_request_bytes <= 0) return false;
+  if (e.requests_per_second < policy.min_requests_per_second) return false;
+  // Merging could not rejoin them: about no missed merges (a contiguous predecessor still mergeable)
+  // and about no merges. With either, the collapse detector or the kernel has the pieces.
+  if (e.missed_share > policy.max_merge_share || e.merge_share > policy.max_merge_share) return false;
+  if (e.mean_request_bytes >= policy.split_max_piece_bytes) return false;
+  return e.upper_mean_bio_bytes > 0 && e.upper_mean_bio_bytes >= policy.min_upper_size_ratio * e.mean_request_bytes;
+}
+
 bool CollapseDetector::Condition(const CollapseEvidence& e) const {
   if (e.reduced) return ReducedCondition(e, policy_);
   if (e.requests_per_second < policy_.min_requests_per_second) return false;
@@ -474,6 +558,43 @@ std::string CollapseDetector::Describe(bool onset, const std::string& disk, cons
   return "merge collapse on " + d.where + ": " + d.evidence + ". Cause: " + d.cause + ". Remedy: " + d.remedy;
 }
 
+// The split ticket's words: the evidence, the piece size against the upper device's chunk as sysfs shows it
+// (no dm ioctl: the unit's own privileges), and the remedy for that kind of device.
+CollapseDetector::Diagnosis CollapseDetector::DiagnoseSplit(const std::string& disk, const CollapseEvidence& e,
+                                                           const Topology& topology) const {
+  Diagnosis d;
+  d.where = disk + " (under " + e.upper + ")";
+  d.evidence = e.upper + " receives " + Number(e.upper_mean_bio_bytes) + "-byte bios, " + disk + " gets them as " +
+               Number(e.mean_request_bytes) + "-byte requests (" +
+               Number(Ratio(e.upper_mean_bio_bytes, e.mean_request_bytes), "%.0f") + " times smaller), " +
+               Number(e.requests_per_second) + " requests/s, " + Percent(e.missed_share) + " missed merges, " +
+               Percent(e.merge_share) + " merged: each piece was issued before the next existed, so no merge "
+               "setting joins them";
+  const BlockDevice* upper = topology.FindByName(e.upper);
+  const bool snapshot = IsSnapshot(upper, topology);
+  const uint64_t chunk = SplitChunkBytes(upper, topology, e.mean_request_bytes);
+  const std::string piece = Number(e.mean_request_bytes) + "-byte pieces";
+  if (upper != nullptr && upper->kind == DeviceKind::kMd) {
+    d.cause = e.upper + " cuts its bios into " + piece + "; its chunk is " + Number(static_cast<double>(chunk)) +
+              " bytes (md/chunk_size)";
+    d.remedy = "a larger chunk on " + e.upper + " (mdadm --grow /dev/" + e.upper +
+               " --chunk=512, or recreate it with a larger --chunk)";
+  } else if (snapshot) {
+    // The chunk size is in the snapshot's table only (a dm ioctl, beyond the unit's privileges): a
+    // snapshot cuts reads at its chunks, so the piece size seen at the disk is it.
+    d.cause = e.upper + " cuts its bios into " + piece + "; its chunk is " + Number(static_cast<double>(chunk)) +
+              " bytes (the piece size seen at the disk: an LVM snapshot cuts each read at its chunks)";
+    d.remedy = "recreate the snapshot with larger chunks (lvcreate -s -c 64k or larger), or use a thin snapshot; "
+               "nomerges and the scheduler cannot join these pieces";
+  } else {
+    d.cause = e.upper + " cuts its bios into " + piece +
+              (chunk > 0 ? "; its chunk is " + Number(static_cast<double>(chunk)) + " bytes (queue/chunk_sectors)"
+                         : std::string("; sysfs shows no chunk size for it"));
+    d.remedy = "a larger chunk or stripe size on " + e.upper + "; nomerges and the scheduler cannot join these pieces";
+  }
+  return d;
+}
+
 Remedy CollapseRemedy(const RemedyInput& in) {
   std::string names, paths;
   for (const std::string& q : in.queues) {
@@ -527,9 +648,21 @@ std::vector<DiskVerdict> CollapseDetector::Verdicts() const {
   std::vector<DiskVerdict> out;
   std::map<PairKey, size_t> labels;  // one series per (device, upper) label pair
   for (const auto& [key, state] : pairs_) {
-    DiskVerdict v{key.first,           state.condition,          state.raised,
-                  state.upper,         state.evidence,           state.diagnosis.evidence,
-                  state.diagnosis.cause, state.diagnosis.remedy};
+    DiskVerdict v;
+    v.device = key.first;
+    v.condition = state.condition;
+    v.raised = state.raised;
+    v.upper = state.upper;
+    v.evidence = state.evidence;
+    v.evidence_text = state.diagnosis.evidence;
+    v.cause = state.diagnosis.cause;
+    v.remedy = state.diagnosis.remedy;
+    v.split_condition = state.split_condition;
+    v.split_raised = state.split_raised;
+    v.split_chunk_bytes = state.split_chunk_bytes;
+    v.split_evidence_text = state.split_diagnosis.evidence;
+    v.split_cause = state.split_diagnosis.cause;
+    v.split_remedy = state.split_diagnosis.remedy;
     auto [it, fresh] = labels.emplace(PairKey{v.device, v.upper}, out.size());
     if (fresh) {
       out.push_back(std::move(v));

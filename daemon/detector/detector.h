@@ -43,6 +43,9 @@ struct CollapsePolicy {
   double max_merge_share = 0.05;            // merged bios / (requests + merged bios): about zero
   double min_upper_size_ratio = 4;          // upper mean bio size / lower mean request size
   double min_run_size_ratio = 4;            // size merging would have built / mean request size
+  // The split ticket (SplitCondition): pieces this large or larger cost little per byte (the
+  // remedy's own target: an LVM snapshot chunk of 64 KiB), so they are no ticket.
+  double split_max_piece_bytes = 64 * 1024;
   // --devices.exclude/--devices.include: an excluded disk is no candidate (it has no series to
   // page on); as the upper device of a candidate it still counts. Unset: nothing is excluded.
   std::function<bool(const std::string&)> excluded_device;
@@ -84,6 +87,20 @@ struct CollapseEvidence {
 // mean is the disk's own and only the setting tells the collapse apart).
 bool ReducedCondition(const CollapseEvidence& e, const CollapsePolicy& policy);
 
+// The split ticket's condition on one pair's evidence, pure: the upper device's bios reach the disk
+// cut into pieces at least min_upper_size_ratio times smaller and below split_max_piece_bytes, at
+// min_requests_per_second or more, and nothing merged them or could have (missed share and merge
+// share both at most max_merge_share: each piece was issued before the next existed, as with direct
+// reads of a snapshot on Linux 6.1, where no setting merges them). Never on reduced evidence (the
+// diskstats source sees no missed merges) nor without an upper device.
+bool SplitCondition(const CollapseEvidence& e, const CollapsePolicy& policy);
+
+// An LVM snapshot (a dm device with a -cow layer below it), and the chunk the split ticket names for an
+// upper device: md/chunk_size or queue/chunk_sectors where sysfs has one, else for a snapshot the piece
+// size seen at the disk rounded to a power of two (its chunk; the table itself needs a dm ioctl), else 0.
+bool IsSnapshot(const BlockDevice* upper, const Topology& topology);
+uint64_t SplitChunkBytes(const BlockDevice* upper, const Topology& topology, double mean_request_bytes);
+
 // One verdict per candidate pair (disk, upper device the I/O was submitted to): the condition is
 // decided per pair, so a backup reading a snapshot pages beside any healthy I/O on its origin.
 // upper is "" (or, without any remap data, the guessed upper device) for the disk's I/O that came
@@ -100,11 +117,21 @@ struct DiskVerdict {
   std::string evidence_text;
   std::string cause;
   std::string remedy;
+  // The split ticket of the pair (mergewatch_io_split_finding): SplitCondition over the window, with
+  // the collapse's raise/clear hysteresis; off at once while the pair pages for a collapse, while the
+  // disk has the max_sectors_capped queue finding (SetSplitVetoes) or on reduced evidence.
+  bool split_condition = false;
+  bool split_raised = false;
+  uint64_t split_chunk_bytes = 0;  // SplitChunkBytes: the chunk named in the cause (0 unknown)
+  std::string split_evidence_text;  // while split_condition or split_raised, as logged
+  std::string split_cause;
+  std::string split_remedy;
 };
 
 // One onset or clear, with a line a person can act on.
 struct CollapseEvent {
   bool onset = false;
+  bool split = false;  // an onset or clear of the split ticket, not of the collapse page
   std::string device;
   std::string upper;
   std::string message;
@@ -135,6 +162,9 @@ class CollapseDetector {
   // Every candidate disk that has data, sorted by name.
   std::vector<DiskVerdict> Verdicts() const;
   const CollapsePolicy& policy() const { return policy_; }
+  // The disks whose queue finding max_sectors_capped holds (findings/queue_findings.h): that finding
+  // names the cause of their small requests, so they get no split ticket. Taken by the next Update.
+  void SetSplitVetoes(std::vector<std::string> capped_disks) { split_vetoes_ = std::move(capped_disks); }
 
  private:
   // The parts of the onset line: where (disk, upper, multipath paths), the evidence, cause, remedy.
@@ -175,6 +205,15 @@ class CollapseDetector {
     std::string upper;
     CollapseEvidence evidence;
     Diagnosis diagnosis;  // filled while condition or raised
+    // The split ticket: its own hysteresis over the same evidence.
+    bool split_raised = false;
+    bool split_condition = false;
+    bool has_split_since = false;
+    bool has_split_healthy_since = false;
+    TimePoint split_since{};
+    TimePoint split_healthy_since{};
+    Diagnosis split_diagnosis;  // filled while split_condition or split_raised
+    uint64_t split_chunk_bytes = 0;
   };
 
   static Sample SampleOf(TimePoint now, const Snapshot& snapshot, const Topology& topology);
@@ -195,6 +234,10 @@ class CollapseDetector {
   void Step(const PairKey& key, TimePoint now, CollapseEvidence evidence, double seconds, const Topology& topology,
             std::map<PairKey, DiskState>* next, std::vector<CollapseEvent>* events);
   bool Condition(const CollapseEvidence& e) const;
+  // The split ticket's step for one pair, after the collapse's (which vetoes it).
+  void StepSplit(const PairKey& key, TimePoint now, const Topology& topology, DiskState* state,
+                 std::vector<CollapseEvent>* events) const;
+  Diagnosis DiagnoseSplit(const std::string& disk, const CollapseEvidence& e, const Topology& topology) const;
   Diagnosis Diagnose(const std::string& disk, const CollapseEvidence& e, const Topology& topology) const;
   std::string Describe(bool onset, const std::string& disk, const CollapseEvidence& e,
                        const Topology& topology) const;
@@ -204,6 +247,7 @@ class CollapseDetector {
   std::deque<Sample> samples_;
   bool reduced_ = false;  // the last snapshot's evidence was reduced
   std::map<PairKey, DiskState> pairs_;
+  std::vector<std::string> split_vetoes_;
 };
 
 }  // namespace mergewatch

@@ -150,6 +150,17 @@ std::vector<MetricFamily> CollapseFamilies(const std::vector<DiskVerdict>& verdi
   return Moved({&collapse, &condition, &rate, &small, &missed, &merges, &lower, &merged, &upper, &upper_share});
 }
 
+std::vector<MetricFamily> SplitFamilies(const std::vector<DiskVerdict>& verdicts) {
+  MetricFamily split = GaugeFamily(
+      "mergewatch_io_split_finding",
+      "1 while the upper device's bios reach the disk cut into pieces several times smaller that no merge "
+      "setting can join (after --collapse.raise-after; absent otherwise): a ticket, not a page. The log and "
+      "/status say the piece size, the upper device's chunk and the remedy; docs/runbook.md has a section.");
+  for (const DiskVerdict& v : verdicts)
+    if (v.split_raised) AddGauge(&split, {{"device", v.device}, {"upper", v.upper}}, 1);
+  return Moved({&split});
+}
+
 void StateCollector::PublishFindings(std::vector<QueueFinding> findings) {
   std::lock_guard<std::mutex> lock(mutex_);
   findings_ = std::move(findings);
@@ -186,6 +197,7 @@ std::vector<MetricFamily> StateCollector::Collect() const {
   std::vector<MetricFamily> collapse = CollapseFamilies(verdicts);
   families.reserve(families.size() + collapse.size());
   for (MetricFamily& f : collapse) families.push_back(std::move(f));
+  for (MetricFamily& f : SplitFamilies(verdicts)) families.push_back(std::move(f));
   return families;
 }
 

@@ -25,6 +25,8 @@ std::vector<prometheus::MetricFamily> FindingFamilies(const std::vector<QueueFin
 
 // Pure: mergewatch_merge_collapse and its evidence, one series per candidate disk.
 std::vector<prometheus::MetricFamily> CollapseFamilies(const std::vector<DiskVerdict>& verdicts);
+// mergewatch_io_split_finding{device,upper}: 1 per pair whose split ticket is raised, absent otherwise.
+std::vector<prometheus::MetricFamily> SplitFamilies(const std::vector<DiskVerdict>& verdicts);
 
 class StateCollector final : public prometheus::Collectable {
  public:

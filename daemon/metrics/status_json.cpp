@@ -58,6 +58,25 @@ std::string StatusJson(const DetectorStatus& status) {
                         {"evidence", LabelText(f.evidence)},
                         {"remedy", LabelText(f.remedy)}});
   }
+  // The split ticket is a finding of the pair (a ticket, not a page): `mergewatch status` lists it with the
+  // queue findings, its evidence sentence naming the upper device, the cause and the piece size.
+  for (const DiskVerdict& v : status.verdicts) {
+    if (!v.split_raised) continue;
+    const CollapseEvidence& e = v.evidence;
+    findings.push_back({{"kind", "io_split"},
+                        {"device", LabelText(v.device)},
+                        {"upper", LabelText(v.upper)},
+                        {"finding", "io_split"},
+                        {"active", true},
+                        {"evidence", LabelText("under " + v.upper + ": " + v.split_evidence_text + ". Cause: " +
+                                               v.split_cause)},
+                        {"cause", LabelText(v.split_cause)},
+                        {"remedy", LabelText(v.split_remedy)},
+                        {"upper_bio_bytes", Number(e.upper_mean_bio_bytes)},
+                        {"request_bytes", Number(e.mean_request_bytes)},
+                        {"requests_per_second", Number(e.requests_per_second)},
+                        {"chunk_bytes", v.split_chunk_bytes}});
+  }
   nlohmann::json doc = {{"version", LabelText(status.version)}, {"verdicts", verdicts}, {"findings", findings}};
   return doc.dump() + "\n";
 }

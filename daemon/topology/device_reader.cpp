@@ -74,6 +74,8 @@ QueueSettings ReadQueue(const SysfsTree& tree, const std::string& disk_rel) {
     queue.iostats = ParseDecimal<int>(*iostats, 0, 1).value_or(-1);
     if (queue.iostats < 0) tree.Warn(dir + "/iostats", "malformed value \"" + *iostats + "\"");
   }
+  queue.chunk_bytes = ReadOptionalCount(tree, disk_rel + "/md/chunk_size");
+  if (queue.chunk_bytes == 0) queue.chunk_bytes = ReadOptionalCount(tree, dir + "/chunk_sectors") * 512;
   // One directory per hardware queue (mq/0, mq/1, ...): the count elevator_get_default() checks.
   if (tree.IsDir(disk_rel + "/mq")) queue.hw_queues = static_cast<int>(tree.ListRealSubdirs(disk_rel + "/mq").size());
   return queue;

@@ -14,6 +14,12 @@ namespace {
 
 constexpr const char* kAttributeNames[] = {"nomerges", "scheduler", "max_sectors_kb", "rotational"};
 
+std::string Trimmed(const char* buf, ssize_t n) {
+  std::string text(buf, static_cast<size_t>(n));
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text;
+}
+
 std::optional<uint64_t> Number(const std::string& text) {
   uint64_t value = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
@@ -29,7 +35,15 @@ QueueWatch::QueueWatch(std::string sysfs_root, std::function<bool(const std::str
 }
 
 QueueWatch::~QueueWatch() {
+  CloseHeld();
   if (root_fd_ >= 0) close(root_fd_);
+}
+
+void QueueWatch::CloseHeld() {
+  for (Watched& device : devices_)
+    for (const int fd : device.fds)
+      if (fd >= 0) close(fd);
+  devices_.clear();
 }
 
 // block/<device>/queue/<attribute>, opened beneath the root (OpenBeneath). Where openat2 cannot be used
@@ -42,19 +56,34 @@ std::optional<std::string> QueueWatch::Read(const std::string& device, Attribute
   const ssize_t n = read(fd, buf, sizeof(buf) - 1);
   close(fd);
   if (n < 0) return std::nullopt;
-  std::string text(buf, static_cast<size_t>(n));
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-  return text;
+  return Trimmed(buf, n);
+}
+
+// A device deleted since Follow fails the pread (ENODEV): nullopt, and its uevent brings the rescan that
+// re-opens. A device re-created under the same name between two scans keeps the old, failing descriptors
+// until then too.
+std::optional<std::string> QueueWatch::ReadHeld(const Watched& device, Attribute attribute) const {
+  const int fd = device.fds[attribute];
+  if (fd < 0) return Read(device.name, attribute);
+  char buf[512];
+  const ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+  if (n < 0) return std::nullopt;
+  return Trimmed(buf, n);
 }
 
 void QueueWatch::Follow(const Topology& topology) {
-  devices_.clear();
+  CloseHeld();
   for (const BlockDevice& device : topology.devices()) {
     // Every device with a queue the scan could read (a partition shares its disk's).
     if (device.is_partition || device.queue.nomerges < 0 || device.name.find('/') != std::string::npos ||
         !watched_(device.name))
       continue;
-    devices_.push_back(device.name);
+    Watched watched{device.name};
+    for (int a = 0; a < kAttributeCount; ++a) {
+      bool unsupported = false;
+      watched.fds[a] = OpenBeneath(root_fd_, "block/" + device.name + "/queue/" + kAttributeNames[a], &unsupported);
+    }
+    devices_.push_back(std::move(watched));
   }
 }
 
@@ -64,13 +93,14 @@ std::string QueueWatch::Changed(const Topology& topology) {
   // and the scheduler 0.49 ms, against 1.64 ms for all the rest of the tick; BENCHMARKS.md).
   const bool slow_too = calls_++ % kSlowEvery == 0;
   if (root_fd_ < 0) return "";
-  for (const std::string& name : devices_) {
+  for (const Watched& watched : devices_) {
+    const std::string& name = watched.name;
     const BlockDevice* device = topology.FindByName(name);
     if (device == nullptr) continue;
     const QueueSettings& q = device->queue;
     for (int a = 0; a < kAttributeCount; ++a) {
       if (!slow_too && a != kNomerges) continue;
-      const std::optional<std::string> text = Read(name, static_cast<Attribute>(a));
+      const std::optional<std::string> text = ReadHeld(watched, static_cast<Attribute>(a));
       if (!text) continue;  // the device is going: its uevent brings the rescan
       std::string was, now = *text;
       bool same = true;

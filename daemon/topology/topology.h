@@ -54,6 +54,11 @@ struct QueueSettings {
   // queue/iostats: 0 when the kernel keeps no I/O statistics for the disk (/proc/diskstats and
   // /sys/block/X/stat stay still: what the diskstats source reads); -1 where there is no file.
   int iostats = -1;
+  // The size a stacked device cuts its bios into, for the split ticket's cause (not part of Dump()):
+  // md/chunk_size of an md array, else queue/chunk_sectors in bytes where the driver sets it. 0 when
+  // neither gives one: a dm snapshot's queue/chunk_sectors is 0 (measured on Debian's 6.1), and its
+  // chunk size is in its table only (a dm ioctl), so the detector names the piece size it saw instead.
+  uint64_t chunk_bytes = 0;
 };
 
 struct BlockDevice {

@@ -43,6 +43,9 @@
     // ticket. Settings are applied by udev within seconds of a disk appearing, so a finding that outlives
     // this is the host's configuration, not a disk mid-setup.
     queueFindingFor: '10m',
+    // The I/O split ticket (mergewatch_io_split_finding): a backup's direct reads of a snapshot may run for
+    // minutes and cost throughput, not correctness; a ticket once they have held this long.
+    ioSplitFor: '10m',
     // Kernel cohorts (cohorts.libsonnet): a kernel release whose hosts' median p99 read latency on one device
     // class is at least cohortLatencyRatio times that of the fastest other kernel cohort of the class, both
     // with at least cohortMinHosts hosts, for cohortFor. docs/operations.md, "Kernel cohorts", says why these values.

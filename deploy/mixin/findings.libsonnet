@@ -24,6 +24,20 @@
                        " The daemon's log has the sysfs values and the command that clears it.",
           runbook_url: c.runbookURL + '#mergewatchqueueconfigfinding',
         },
+      }, {
+        // The split ticket: the daemon holds it with the collapse's hysteresis and keeps it off while the pair
+        // pages for a collapse or the disk has max_sectors_capped (one cause at a time); held here as a ticket.
+        alert: 'MergewatchIoSplit',
+        expr: 'mergewatch_io_split_finding{%(mergewatchSelector)s} == 1' % c,
+        'for': c.ioSplitFor,
+        labels: { severity: c.warningSeverity },
+        annotations: {
+          summary: "A stacked device's bios reach the disk cut into small pieces that no merge setting can join.",
+          description: 'Host {{ $labels.instance }}: {{ $labels.upper }} reaches {{ $labels.device }} as' +
+                       ' {{ with printf "mergewatch_collapse_lower_request_bytes{job=\'%s\',instance=\'%s\',device=\'%s\',upper=\'%s\'}" $labels.job $labels.instance $labels.device $labels.upper | query }}{{ . | first | value | humanize1024 }}B{{ end }} requests.' +
+                       " nomerges and the scheduler cannot help: the daemon's log names the chunk size and the remedy (a larger chunk).",
+          runbook_url: c.runbookURL + '#mergewatchiosplit',
+        },
       }],
     }],
   },

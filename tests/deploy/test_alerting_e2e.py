@@ -156,7 +156,7 @@ class AlertPath:
                                     **(web_tls.scrape_config() if web_tls else {})}],
             }, f)
         r = run([tool("promtool"), "check", "config", prom_config])
-        assert r.returncode == 0 and "SUCCESS: 17 rules found" in r.stdout, r.stdout + r.stderr
+        assert r.returncode == 0 and "SUCCESS: 18 rules found" in r.stdout, r.stdout + r.stderr
 
         am_data = os.path.join(workdir, "alertmanager-data")
         prom_data = os.path.join(workdir, "prometheus-data")

@@ -47,7 +47,7 @@ def test_promtool_checks_the_generated_rules(workdir):
     with open(path, "w") as f:
         f.write(jsonnet("-S", "rules.jsonnet"))
     r = run([tool("promtool"), "check", "rules", "--lint=all", "--lint-fatal", path])
-    assert r.returncode == 0 and "SUCCESS: 17 rules found" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "SUCCESS: 18 rules found" in r.stdout, r.stdout + r.stderr
 
 
 def test_selector_and_runbook_url_come_from_the_config_alone():
@@ -57,7 +57,7 @@ def test_selector_and_runbook_url_come_from_the_config_alone():
     rules = yaml.safe_load(jsonnet("-S", "-e", f"local m = {override}; std.manifestYamlDoc("
                                                "{groups: m.prometheusRules.groups + m.prometheusAlerts.groups})"))
     alerts = [r for g in rules["groups"] for r in g["rules"] if "alert" in r]
-    assert len(alerts) == 7
+    assert len(alerts) == 8
     records = {r["record"]: r["expr"] for g in rules["groups"] for r in g["rules"] if "record" in r}
     for a in alerts:
         assert a["annotations"]["runbook_url"] == f"https://wiki.example.org/mergewatch#{a['alert'].lower()}"
@@ -122,7 +122,8 @@ def test_dashboard_has_the_pickers_and_panels():
     assert types["Request size at dispatch"] == "heatmap"
     for title in ("Collapse state", "Collapse evidence: shares", "Collapse evidence: rates and sizes",
                   "Mean request size", "Requests per second", "Back merges vs missed merges",
-                  "Device latency p50 / p99", "Queue latency p50 / p99", "Queue settings", "Stacking"):
+                  "Device latency p50 / p99", "Queue latency p50 / p99", "Queue settings", "Stacking",
+                  "I/O split tickets"):
         assert title in types, f"no panel {title!r}"
     assert {"Kernel cohorts: p99 read latency", "Kernel cohorts: mean request size"} <= set(types)
     # Every query of a panel filters on the host picker; per-device ones on the device picker too. The kernel
@@ -138,7 +139,7 @@ def test_dashboard_has_the_pickers_and_panels():
 
 # Needs I/O through a device stacked on the disk (dm/md); this host has no device-mapper (the VM does), so
 # these can only be shown to parse here: the loop device has no upper device and the fixture daemon no I/O.
-NEEDS_STACKED_IO = {"mergewatch_collapse_upper_bio_bytes"}
+NEEDS_STACKED_IO = {"mergewatch_collapse_upper_bio_bytes", "mergewatch_io_split_finding"}
 # From sysfs stacking alone: answered by the daemon that reads the LVM-on-NVMe sysfs fixture.
 NEEDS_STACKING = {"mergewatch_device_holder_info", "mergewatch_device_info"}
 

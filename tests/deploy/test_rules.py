@@ -14,7 +14,7 @@ PROM = os.path.join(DEPLOY, "prometheus")
 def test_promtool_check_rules_with_lint():
     r = run([tool("promtool"), "check", "rules", "--lint=all", "--lint-fatal", RULES])
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "SUCCESS: 17 rules found" in r.stdout, r.stdout
+    assert "SUCCESS: 18 rules found" in r.stdout, r.stdout
 
 
 def test_promtool_test_rules():
@@ -34,7 +34,7 @@ def test_every_alert_has_the_documented_labels_and_annotations():
     alerts = alert_rules()
     assert [a["alert"] for a in alerts] == ["MergewatchMergeCollapse", "MergewatchDown", "MergewatchTargetsAbsent",
                                             "MergewatchBpfNotAttached", "MergewatchDetectionBlind",
-                                            "MergewatchQueueConfigFinding",
+                                            "MergewatchQueueConfigFinding", "MergewatchIoSplit",
                                             "MergewatchKernelCohortSlowReads"]
     for a in alerts:
         assert a.get("for") and a.get("labels", {}).get("severity"), f"{a['alert']} has no for: or severity"
@@ -51,7 +51,7 @@ def test_runbook_urls_point_at_sections_of_the_runbook():
     anchors = {re.sub(r"[^a-z0-9 -]", "", h.strip().lower()).replace(" ", "-")
                for h in re.findall(r"^#+ (.+)$", runbook, flags=re.M)}
     alerts = alert_rules()
-    assert len(alerts) == 7
+    assert len(alerts) == 8
     for a in alerts:
         path, _, anchor = a["annotations"]["runbook_url"].partition("#")
         assert path.startswith("https://") and path.endswith("/docs/runbook.md"), a["annotations"]["runbook_url"]
@@ -70,7 +70,7 @@ def test_example_prometheus_config_is_valid(workdir):
     open(path, "w").write(config)
     r = run([tool("promtool"), "check", "config", path])
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "SUCCESS: 17 rules found" in r.stdout, r.stdout
+    assert "SUCCESS: 18 rules found" in r.stdout, r.stdout
 
 
 def test_example_alertmanager_config_routes_the_page_to_the_pager():

@@ -75,13 +75,15 @@ def test_every_documented_metric_is_in_the_code():
 
 # Families that need a dm or md device stacked on a disk (bios at a bio-based device, the
 # block_bio_remap chain, an upper device for the detector): the host has neither, so they are
-# checked in the VM, in tests/vm/test_vm_stacking.py (an LV and an md RAID0 on the guest's NVMe disk).
+# checked in the VM, in tests/vm/test_vm_stacking.py (an LV and an md RAID0 on the guest's NVMe disk) or
+# tests/vm/test_vm_split.py (the split ticket: snapshots read with direct I/O).
 VM_ONLY = {
     "mergewatch_bio_size_bytes": "bios at dm/md (block_bio_queue, attached while one is stacked)",
     "mergewatch_remapped_requests_total": "a disk's requests remapped from a dm/md device (block_bio_remap)",
     "mergewatch_remapped_missed_merges_total": "the same, missed merges",
     "mergewatch_collapse_upper_bio_bytes": "the detector's upper device (dm, or md with require-upper=any)",
     "mergewatch_collapse_upper_request_ratio": "the same, share of requests from it",
+    "mergewatch_io_split_finding": "a snapshot's bios cut into chunks no setting merges (tests/vm/test_vm_split.py)",
 }
 
 
@@ -116,7 +118,8 @@ def test_every_documented_metric_family_is_exported_live(daemon_factory, loop_de
     # The detector's families follow its first tick after the I/O: polled until they are there.
     wait_until(lambda: not missing(), 30, "every documented family in a live scrape", interval=0.2,
                on_timeout=lambda: f"documented but without samples in a live scrape: {sorted(missing())}")
-    vm_test = open(os.path.join(REPO, "tests", "vm", "test_vm_stacking.py")).read()
+    vm_test = "".join(open(os.path.join(REPO, "tests", "vm", f)).read()
+                      for f in ("test_vm_stacking.py", "test_vm_split.py"))
     unchecked = {f for f in VM_ONLY if f'"{f}"' not in vm_test}
     assert not unchecked, f"VM-only families the VM test does not check: {sorted(unchecked)}"
 

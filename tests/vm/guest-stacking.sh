@@ -20,6 +20,9 @@
 #      the kernel spreads so that no merge is missed, not raised. A backup reading the 64 KiB-stripe
 #      snapshot while four random 8 KiB readers hammer its origin: upper=the snapshot raised, the
 #      origin's pairs not. Small direct writes beside an fstrim loop on ext4 on an LV: never raised.
+#   split (after 1; run-vm.sh --stack-parts picks among late, split, md): the I/O split ticket. Direct 1 MiB
+#      reads of LVM snapshots with 4 KiB and 64 KiB chunks, buffered reads of the 4 KiB one, by a daemon with
+#      the unit's capabilities only (test_vm_split.py).
 #   4. With run-vm.sh --multipath --path-removal: guest-multipath.sh (a path controller removed while its head lives).
 # Destroys vg0 and the PV on the scenario's disk (MW_DISK; the scenario is done with them).
 # Output in $MW_OUT/stacking/: results.txt (key=value), *.prom scrapes, daemon-{dm,any}.log.
@@ -386,6 +389,92 @@ multi_disk_stacks() {
 	log "multi-disk stacks done"
 }
 
+# ---------------------------------------------------------------- split (defined here, run after 1)
+# The split ticket (mergewatch_io_split_finding): direct 1 MiB reads of an LVM snapshot with 4 KiB chunks
+# reach the disk as 4 KiB requests that no setting merges (the block device's direct I/O path has no plug:
+# each piece is issued before the next exists), so nomerges 0 and 2 both get the ticket and no collapse page;
+# buffered reads of the same snapshot with nomerges=2 page (readahead plugs, merges are missed) and get no
+# ticket; a 64 KiB-chunk snapshot read directly gets neither. Its daemon runs with the shipped unit's
+# capabilities only (CAP_BPF, CAP_PERFMON: setpriv). Each case records its scrapes, /status and its results;
+# test_vm_split.py asserts on them.
+SPLIT_PORT=19874
+split_polls() {	# split_polls PREFIX: four scrapes (and /status) 1.5 s apart while the reads run
+	local i
+	for i in 1 2 3 4; do
+		sleep 1.5
+		curl -fsS --max-time 10 -o "$1-poll-$i.prom" "$(url $SPLIT_PORT)" || true
+	done
+	curl -fsS --max-time 10 -o "$1-status.json" "http://127.0.0.1:$SPLIT_PORT/status" || true
+}
+# split_case NAME SNAPDEV DM NOMERGES direct|buffered WAIT_SERIES: reads for about 20 s; with WAIT_SERIES
+# (the series that must rise) the seconds it took are recorded, then the polls; without, only the polls.
+split_case() {
+	local name=$1 dev=$2 dm=$3 nm=$4 how=$5 want=$6 p="$OUT/split-$1" t i
+	echo none > /sys/block/$DISK/queue/scheduler
+	echo "$nm" > /sys/block/$DISK/queue/nomerges
+	# Nothing left raised from the case before (clear-after 2 s after a 3 s window).
+	wait_series $SPLIT_PORT "mergewatch_io_split_finding{device=\"$DISK\",upper=\"$dm\"}" absent 30 > /dev/null ||
+		log "split $name: the ticket of the case before did not clear"
+	wait_series $SPLIT_PORT "mergewatch_merge_collapse{device=\"$DISK\",upper=\"$dm\"}" 0 30 > /dev/null || true
+	sync; echo 3 > /proc/sys/vm/drop_caches
+	log "split $name: nomerges=$nm, $how 1 MiB reads of $dev ($dm)"
+	if [ "$how" = direct ]; then
+		fio --name=split --filename="$dev" --readonly --direct=1 --rw=read --bs=1m --ioengine=psync \
+			--size=128m --time_based --runtime=20 --output=/dev/null &
+	else
+		# Through the page cache (readahead), each pass a fresh region.
+		( for i in $(seq 0 15); do dd if="$dev" of=/dev/null bs=1M count=16 skip=$((i * 16)) status=none; done ) &
+	fi
+	reader=$!
+	io_running "$DISK" || log "split $name: no reads completed on $DISK"
+	if [ -n "$want" ]; then
+		t=$(wait_series $SPLIT_PORT "$want{device=\"$DISK\",upper=\"$dm\"}" 1 40) || t="timeout"
+		res "split_${name}_raised_seconds" "$t"
+	fi
+	split_polls "$p"
+	kill "$reader" 2>/dev/null || true; wait "$reader" 2>/dev/null || true
+	reader=
+	cp "$OUT/daemon-split.log" "$p-daemon.log"
+}
+split_cases() {
+	local snap4 snap64 dm4 dm64
+	modprobe dm-snapshot
+	lvm_ lvchange -q -ay $VG/origin
+	lvm_ lvcreate -q -y -s -c 4k -L 32M -n split4k $VG/origin
+	lvm_ lvcreate -q -y -s -c 64k -L 32M -n split64k $VG/origin
+	dm4=$(dm_of $VG-split4k) && dm64=$(dm_of $VG-split64k) || die "split: no dm devices for the snapshots"
+	res split_disk "$DISK"
+	res split4k_upper "$dm4"
+	res split64k_upper "$dm64"
+	res split4k_chunk_sectors "$(cat /sys/block/$dm4/queue/chunk_sectors 2>/dev/null || echo absent)"
+	res split64k_chunk_sectors "$(cat /sys/block/$dm64/queue/chunk_sectors 2>/dev/null || echo absent)"
+	# The shipped unit's capabilities and no others (root, so the bounding set decides what exec keeps).
+	setpriv --bounding-set=-all,+bpf,+perfmon --inh-caps=-all \
+		"$DAEMON" --web.listen-address=127.0.0.1:$SPLIT_PORT --topology.refresh-interval=1s "${POLICY[@]}" \
+		> "$OUT/daemon-split.log" 2>&1 &
+	pids+=($!)
+	wait_series $SPLIT_PORT "$BIOQ" 1 60 > /dev/null || die "split daemon not serving"
+	grep '^Cap' /proc/"${pids[-1]}"/status > "$OUT/split-daemon-caps.txt"
+	split_case snap4k-nm0 /dev/$VG/split4k "$dm4" 0 direct mergewatch_io_split_finding
+	split_case snap4k-nm2 /dev/$VG/split4k "$dm4" 2 direct mergewatch_io_split_finding
+	split_case snap4k-buffered-nm2 /dev/$VG/split4k "$dm4" 2 buffered mergewatch_merge_collapse
+	split_case snap64k-nm2 /dev/$VG/split64k "$dm64" 2 direct ""
+	echo 0 > /sys/block/$DISK/queue/nomerges
+	kill -TERM "${pids[-1]}"
+	rc=0; wait "${pids[-1]}" || rc=$?
+	res daemon_exit_split "$rc"
+	unset 'pids[-1]'
+	lvm_ lvremove -q -y $VG/split4k $VG/split64k
+	log "split cases done"
+}
+
+# MW_STACK_PARTS (run-vm.sh --stack-parts): which single-disk parts run, in this order; all by default.
+STACK_PARTS_ALL="late split md"
+for part in ${MW_STACK_PARTS:-$STACK_PARTS_ALL}; do
+	case " $STACK_PARTS_ALL " in *" $part "*) ;; *) die "MW_STACK_PARTS: unknown part $part (one of: $STACK_PARTS_ALL)" ;; esac
+done
+stack_part() { case " ${MW_STACK_PARTS:-$STACK_PARTS_ALL} " in *" $1 "*) return 0 ;; esac; return 1; }
+
 # ---------------------------------------------------------------- 1. LVM after the daemon started
 modprobe -a md-mod raid0
 lvm_ vgchange -q -an                          # every VG the scenario made (vg0, and vg1/vg2 on the multipath and partitioned disks): no dm device from here on
@@ -400,6 +489,7 @@ done
 log "daemons up, no dm/md device: block_bio_queue 0"
 res bio_queue_before_lvm "$(series 19871 "$BIOQ")"
 
+if stack_part late; then
 lvm_ lvcreate -q -y -L 64M -n late $VG
 late=
 for d in /sys/block/dm-*; do [ "$(cat "$d/dm/name")" = $VG-late ] && late=${d##*/}; done
@@ -431,8 +521,12 @@ t=$(wait_series 19871 "$BIOQ" 0 15) || die "block_bio_queue still attached after
 res bio_queue_after_lvremove "$(series 19871 "$BIOQ")"
 res bio_queue_after_lvremove_seconds "$t"
 log "$VG/late removed: block_bio_queue detached after $t s"
+fi
+
+stack_part split && split_cases
 
 # ---------------------------------------------------------------- 2. md as the upper device
+if stack_part md; then
 lvm_ vgremove -q -f $VG
 lvm_ pvremove -q -y -ff /dev/$DISK
 mdadm --create /dev/md0 --run --force --level=0 --chunk=4 --raid-devices=1 --metadata=1.2 /dev/$DISK 2>&1
@@ -456,13 +550,14 @@ reader=
 log "collapse{upper=md0} raised under require-upper=any after $t s"
 
 echo 0 > /sys/block/$DISK/queue/nomerges
+fi
 for i in "${!pids[@]}"; do
 	kill -TERM "${pids[$i]}"
 	rc=0; wait "${pids[$i]}" || rc=$?
 	res "daemon_exit_$i" "$rc"
 done
 pids=()
-mdadm --stop /dev/md0 2>&1
+stack_part md && mdadm --stop /dev/md0 2>&1
 
 # ---------------------------------------------------------------- 3. several disks under one snapshot
 if [ "${MW_NVME_DISKS:-0}" -ge 2 ]; then

@@ -45,6 +45,8 @@
 #     --script PATH        run PATH in the guest instead of tests/vm/guest-scenario.sh
 #     --append "WORDS"     add WORDS to the guest kernel's command line (e.g. lockdown=confidentiality)
 #     --no-stacking        skip guest-stacking.sh after the cases (a boot that checks only its cases)
+#     --stack-parts "P..." only these single-disk parts of guest-stacking.sh (late md split; all by
+#                          default): iterate on one part without the others' guest time
 #                          (exploration; the tests use the scenario)
 #     --systemd            systemd mode (needs --daemon): boot the host's systemd as PID 1 with
 #                          `make install DESTDIR=DIR/rootfs DAEMON=<--daemon>` copied into the
@@ -103,6 +105,7 @@ release=${MW_VM_RELEASE:-}
 release_root=${MW_VM_RELEASE_ROOT:-}
 extra_append=${MW_VM_APPEND:-}
 stacking=${MW_VM_STACKING:-1}
+stack_parts=${MW_VM_STACK_PARTS:-}
 verbose=0
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d'; }
@@ -136,6 +139,7 @@ while [ $# -gt 0 ]; do
 	--release-root) release_root=$2; shift 2 ;;
 	--append) extra_append=$2; shift 2 ;;
 	--no-stacking) stacking=0; shift ;;
+	--stack-parts) stack_parts=$2; shift 2 ;;
 	-v|--verbose) verbose=1; shift ;;
 	-h|--help) usage; exit 0 ;;
 	*) echo "run-vm.sh: unknown argument: $1 (see --help)" >&2; exit 2 ;;
@@ -223,6 +227,7 @@ touch "$out/.mw-vm-run"
 	[ -n "$multi_parts" ] && printf 'MW_MULTI_PARTS=%q\n' "$multi_parts"
 	printf 'MW_ROTATIONAL_DISKS=%q\n' "$rotational_disks"
 	printf 'MW_STACKING=%q\n' "$stacking"
+	[ -n "$stack_parts" ] && printf 'MW_STACK_PARTS=%q\n' "$stack_parts"
 	printf 'MW_LOADER_CASES=%q\n' "$loader_cases"
 	printf 'MW_RELEASE_TARBALL=%q\n' "$release"
 	printf 'MW_RELEASE_ROOT=%q\n' "$release_root"

@@ -311,8 +311,9 @@ def scenario_args(kernel):
         release = ["--release", RELEASE_TARBALL, "--release-root", RELEASE_ROOT]
     else:
         release = []
+    # guest-stacking.sh's split part (test_vm_split.py) runs on 6.1 only: the kernel of its measurement.
     return ["--kernel", kernel, "--part-disk", "--multipath", "--cases",
-            KERNEL_CASES_5_10 if kernel == "5.10" else KERNEL_CASES, "--loader-cases",
+            KERNEL_CASES_5_10 if kernel == "5.10" else KERNEL_CASES, "--loader-cases", "--stack-parts", "late md",
             "--nvme-disks", "2", "--multi-parts", KERNEL_MULTI_PARTS, *release]
 
 

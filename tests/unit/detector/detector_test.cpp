@@ -2,10 +2,12 @@
 // The merge-collapse detector on synthetic snapshots with a fake clock: the cases that
 // must raise, and the small-I/O cases that must never page anyone.
 #include "detector/detector.h"
+#include "metrics/state_metrics.h"
 #include "metrics/status_json.h"
 #include "mergewatch/merge_rules.h"
 
 #include <gtest/gtest.h>
+#include <prometheus/text_serializer.h>
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
@@ -107,6 +109,8 @@ class Feeder {
   DiskVerdict Verdict() const { return detector_.Verdicts().at(0); }
   const std::vector<bool>& history() const { return raised_history_; }
   void SetTopology(Topology t) { topology_ = std::move(t); }
+  void SetReduced(bool reduced) { snapshot_.reduced = reduced; }
+  CollapseDetector& detector() { return detector_; }
 
  private:
   CollapseDetector detector_;
@@ -878,6 +882,210 @@ TEST(ParseDuration, AcceptsUnitsAndRejectsTheRest) {
   ASSERT_TRUE(ParseDuration("1.5s", &d));
   EXPECT_EQ(d, std::chrono::milliseconds(1500));
   for (const char* bad : {"", "10", "s", "-1s", "10x", "1e3s"}) EXPECT_FALSE(ParseDuration(bad, &d)) << bad;
+}
+
+}  // namespace
+}  // namespace mergewatch
+
+namespace mergewatch {
+namespace {
+
+std::string Text(const std::vector<prometheus::MetricFamily>& families) {
+  return prometheus::TextSerializer().Serialize(families);
+}
+
+// The split ticket's stack: nvme1n1 <- dm-0 (-real), dm-1 (-cow) <- dm-3 (snapshot, 4 KiB chunks).
+Topology SplitStack(int nomerges) {
+  BlockDevice real = Disk("dm-0", DeviceKind::kDm, kDmMajor, 0, 0, {"dm-3"});
+  real.slaves = {"nvme1n1"};
+  real.lvm_layer = "real";
+  BlockDevice cow = Disk("dm-1", DeviceKind::kDm, kDmMajor, 1, 0, {"dm-3"});
+  cow.slaves = {"nvme1n1"};
+  cow.lvm_layer = "cow";
+  BlockDevice snap = Disk("dm-3", DeviceKind::kDm, kDmMajor, 3, 0);
+  snap.slaves = {"dm-0", "dm-1"};  // queue/chunk_sectors 0, as a dm snapshot's on 6.1
+  return Topology::FromDevices(
+      {Disk("nvme1n1", DeviceKind::kNvme, kNvmeMajor, 0, nomerges, {"dm-0", "dm-1"}), real, cow, snap});
+}
+
+CollapsePolicy SplitPolicy() {
+  CollapsePolicy p;
+  p.window = seconds(5);
+  p.raise_after = seconds(3);
+  p.clear_after = seconds(4);
+  return p;
+}
+
+// Direct 1 MiB reads of the snapshot as measured in the 6.1 VM: ~8,500 4 KiB requests/s at the disk, all
+// remapped from dm-3, no missed merge and no merge (each piece issued before the next exists).
+const Load kSplit{8500, 4096, 0, 0, 33, 1048576, 8500};
+// The same reads buffered with nomerges=2: readahead plugs, the pieces are missed merges (a collapse).
+const Load kSplitCollapsed{8500, 4096, 8300, 0, 33, 131072, 8500, 0, 0, 130, 130 * 262144};
+
+DiskVerdict PairOf(Feeder& f) {
+  for (const DiskVerdict& v : f.detector().Verdicts())
+    if (v.upper == "dm-3") return v;
+  return DiskVerdict{};
+}
+
+TEST(SplitTicket, HoldsForSnapshotChunksNoSettingCanMerge) {
+  for (int nomerges : {0, 2}) {
+    Feeder f(SplitPolicy(), SplitStack(nomerges), kNvmeMajor, 0);
+    std::vector<CollapseEvent> events = f.Run(5, kSplit);
+    ASSERT_EQ(events.size(), 1u) << nomerges;
+    EXPECT_TRUE(events[0].onset);
+    EXPECT_TRUE(events[0].split);
+    EXPECT_EQ(events[0].device, "nvme1n1");
+    EXPECT_EQ(events[0].upper, "dm-3");
+    EXPECT_NE(events[0].message.find("I/O split on nvme1n1 (under dm-3)"), std::string::npos) << events[0].message;
+    EXPECT_NE(events[0].message.find("4096-byte pieces; its chunk is 4096 bytes (the piece size seen"),
+              std::string::npos)
+        << events[0].message;
+    EXPECT_NE(events[0].message.find("lvcreate -s -c 64k"), std::string::npos) << events[0].message;
+    const DiskVerdict v = PairOf(f);
+    EXPECT_TRUE(v.split_raised);
+    EXPECT_FALSE(v.raised) << "no collapse page: nothing was a missed merge";
+    EXPECT_EQ(v.split_chunk_bytes, 4096u);
+    EXPECT_NE(v.split_evidence_text.find("1048576-byte bios"), std::string::npos) << v.split_evidence_text;
+    EXPECT_NE(Text(SplitFamilies({v})).find("mergewatch_io_split_finding{device=\"nvme1n1\",upper=\"dm-3\"} 1"),
+              std::string::npos);
+  }
+}
+
+TEST(SplitTicket, NotBelowTheSizeRatio) {
+  Load load = kSplit;
+  load.upper_bio_bytes = 3 * 4096;  // 3 times the request: below --collapse.min-upper-size-ratio (4)
+  Feeder f(SplitPolicy(), SplitStack(0), kNvmeMajor, 0);
+  EXPECT_TRUE(f.Run(12, load).empty());
+  EXPECT_FALSE(PairOf(f).split_condition);
+  load.upper_bio_bytes = 4 * 4096;
+  EXPECT_FALSE(f.Run(8, load).empty());
+  EXPECT_TRUE(PairOf(f).split_raised);
+}
+
+TEST(SplitTicket, NotForPiecesOf64KibOrMore) {
+  Load load = kSplit;
+  load.requests = 530;
+  load.request_bytes = 65536;  // a 64 KiB-chunk snapshot: 16 times smaller than the bios, yet cheap pieces
+  load.remapped_from_dm3 = 530;
+  Feeder f(SplitPolicy(), SplitStack(2), kNvmeMajor, 0);
+  EXPECT_TRUE(f.Run(12, load).empty());
+  EXPECT_FALSE(PairOf(f).split_condition);
+}
+
+TEST(SplitTicket, NotWithMissedMergesOrMerges) {
+  Feeder missed(SplitPolicy(), SplitStack(2), kNvmeMajor, 0);
+  Load load = kSplit;
+  load.missed = 1000;  // 12% missed: merging could have joined some, the collapse detector judges them
+  EXPECT_TRUE(missed.Run(12, load).empty());
+  EXPECT_FALSE(PairOf(missed).split_condition);
+  Feeder merged(SplitPolicy(), SplitStack(0), kNvmeMajor, 0);
+  load = kSplit;
+  load.back_merges = 1000;
+  EXPECT_TRUE(merged.Run(12, load).empty());
+  EXPECT_FALSE(PairOf(merged).split_condition);
+}
+
+TEST(SplitTicket, NotBelowTheRequestRate) {
+  Load load = kSplit;
+  load.requests = load.remapped_from_dm3 = 40;  // under --collapse.min-requests-per-second (50)
+  load.upper_bios = 1;
+  load.upper_bio_bytes = 163840;
+  Feeder f(SplitPolicy(), SplitStack(0), kNvmeMajor, 0);
+  EXPECT_TRUE(f.Run(12, load).empty());
+}
+
+TEST(SplitTicket, OffWhileThePairPagesForACollapse) {
+  Feeder f(SplitPolicy(), SplitStack(2), kNvmeMajor, 0);
+  for (const CollapseEvent& e : f.Run(8, kSplitCollapsed)) EXPECT_FALSE(e.split) << e.message;
+  DiskVerdict v = PairOf(f);
+  EXPECT_TRUE(v.raised);
+  EXPECT_FALSE(v.split_condition);
+  // While the page is still raised (clearing), a split-shaped load gets no ticket either.
+  for (const CollapseEvent& e : f.Run(3, kSplit)) EXPECT_FALSE(e.split) << e.message;
+  v = PairOf(f);
+  EXPECT_TRUE(v.raised);
+  EXPECT_FALSE(v.split_raised);
+  EXPECT_TRUE(Text(SplitFamilies({v})).find("mergewatch_io_split_finding{") == std::string::npos);
+}
+
+TEST(SplitTicket, WithdrawnAtOnceWhenACollapseRaises) {
+  Feeder f(SplitPolicy(), SplitStack(2), kNvmeMajor, 0);
+  f.Run(5, kSplit);
+  ASSERT_TRUE(PairOf(f).split_raised);
+  bool withdrawn = false;
+  for (const CollapseEvent& e : f.Run(10, kSplitCollapsed))
+    if (e.split && !e.onset) withdrawn = true;
+  EXPECT_TRUE(withdrawn);
+  EXPECT_TRUE(PairOf(f).raised);
+  EXPECT_FALSE(PairOf(f).split_raised);
+}
+
+TEST(SplitTicket, OffWhileTheDiskHasMaxSectorsCapped) {
+  Feeder f(SplitPolicy(), SplitStack(0), kNvmeMajor, 0);
+  f.detector().SetSplitVetoes({"nvme1n1"});
+  EXPECT_TRUE(f.Run(12, kSplit).empty());
+  EXPECT_FALSE(PairOf(f).split_condition);
+  f.detector().SetSplitVetoes({});
+  EXPECT_EQ(f.Run(4, kSplit).size(), 1u);
+  f.detector().SetSplitVetoes({"nvme1n1"});
+  std::vector<CollapseEvent> events = f.Run(1, kSplit);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_FALSE(events[0].onset);
+  EXPECT_NE(events[0].message.find("max_sectors_capped"), std::string::npos) << events[0].message;
+}
+
+TEST(SplitTicket, NeverOnReducedEvidence) {
+  Feeder f(SplitPolicy(), SplitStack(0), kNvmeMajor, 0);
+  f.SetReduced(true);
+  for (const CollapseEvent& e : f.Run(12, kSplit)) EXPECT_FALSE(e.split) << e.message;
+  for (const DiskVerdict& v : f.detector().Verdicts()) EXPECT_FALSE(v.split_condition || v.split_raised);
+}
+
+TEST(SplitTicket, AbsentAfterTheClear) {
+  Feeder f(SplitPolicy(), SplitStack(0), kNvmeMajor, 0);
+  f.Run(5, kSplit);
+  ASSERT_TRUE(PairOf(f).split_raised);
+  // Idle: the window drains (5 s), then clear-after (4 s) of health.
+  std::vector<CollapseEvent> events = f.Run(12, Load{});
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_FALSE(events[0].onset);
+  EXPECT_TRUE(events[0].split);
+  EXPECT_NE(events[0].message.find("I/O split ticket cleared on nvme1n1 (under dm-3)"), std::string::npos);
+  for (const DiskVerdict& v : f.detector().Verdicts()) {
+    EXPECT_FALSE(v.split_raised);
+    EXPECT_TRUE(Text(SplitFamilies({v})).find("mergewatch_io_split_finding{") == std::string::npos);
+  }
+}
+
+TEST(SplitTicket, StatusListsItWithTheFindings) {
+  Feeder f(SplitPolicy(), SplitStack(0), kNvmeMajor, 0);
+  f.Run(5, kSplit);
+  const nlohmann::json doc = nlohmann::json::parse(StatusJson({"test", f.detector().Verdicts(), {}}));
+  ASSERT_EQ(doc["findings"].size(), 1u);
+  const nlohmann::json& s = doc["findings"][0];
+  EXPECT_EQ(s["kind"], "io_split");
+  EXPECT_EQ(s["device"], "nvme1n1");
+  EXPECT_EQ(s["upper"], "dm-3");
+  EXPECT_EQ(s["chunk_bytes"], 4096);
+  EXPECT_EQ(s["request_bytes"], 4096.0);
+  EXPECT_EQ(s["upper_bio_bytes"], 1048576.0);
+  EXPECT_NE(s["remedy"].get<std::string>().find("thin snapshot"), std::string::npos);
+}
+
+TEST(SplitTicket, AnMdArrayNamesItsChunkAndAGrow) {
+  CollapsePolicy policy = SplitPolicy();
+  policy.require_upper = UpperRequirement::kAny;
+  BlockDevice md = Disk("dm-3", DeviceKind::kMd, kDmMajor, 3, 0);  // at dm-3's numbers, as the feeder writes them
+  md.name = md.disk = "md0";
+  md.slaves = {"nvme1n1"};
+  md.queue.chunk_bytes = 4096;
+  Feeder f(policy, Topology::FromDevices({Disk("nvme1n1", DeviceKind::kNvme, kNvmeMajor, 0, 0, {"md0"}), md}),
+           kNvmeMajor, 0);
+  std::vector<CollapseEvent> events = f.Run(5, kSplit);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_NE(events[0].message.find("its chunk is 4096 bytes (md/chunk_size)"), std::string::npos) << events[0].message;
+  EXPECT_NE(events[0].message.find("mdadm --grow /dev/md0"), std::string::npos) << events[0].message;
 }
 
 }  // namespace

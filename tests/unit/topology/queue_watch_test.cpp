@@ -86,6 +86,34 @@ TEST(QueueWatch, ADeviceTheScanNoLongerShowsIsLetGo) {
   EXPECT_EQ(watch.Changed(after), "");
 }
 
+size_t OpenDescriptors() {
+  size_t count = 0;
+  for ([[maybe_unused]] const auto& entry : fs::directory_iterator("/proc/self/fd")) ++count;
+  return count;
+}
+
+// Four descriptors per watched disk (its four attributes), given back by the next Follow and the destructor.
+TEST(QueueWatch, HoldsFourDescriptorsPerWatchedDiskAndNoMore) {
+  SysfsCopy sysfs;
+  std::vector<std::string> warnings;
+  const Topology topology = Topology::Scan(sysfs.root(), &warnings);
+  const size_t before = OpenDescriptors();
+  {
+    QueueWatch watch(sysfs.root());
+    watch.Follow(topology);
+    ASSERT_GT(watch.watched_devices(), 1u);
+    EXPECT_EQ(OpenDescriptors(), before + 1 + 4 * watch.watched_devices());  // the root's O_PATH and four per disk
+    watch.Follow(topology);
+    EXPECT_EQ(OpenDescriptors(), before + 1 + 4 * watch.watched_devices());
+    watch.Changed(topology);  // read through the held descriptors
+    EXPECT_EQ(OpenDescriptors(), before + 1 + 4 * watch.watched_devices());
+    QueueWatch only_loop12(sysfs.root(), [](const std::string& name) { return name == "loop12"; });
+    only_loop12.Follow(topology);
+    EXPECT_EQ(only_loop12.watched_devices(), 1u);
+  }
+  EXPECT_EQ(OpenDescriptors(), before);
+}
+
 // Hostile input: a FIFO where an attribute should be is never opened (it would block the tick).
 TEST(QueueWatch, AFifoInsteadOfAnAttributeIsNotWatched) {
   SysfsCopy sysfs;
