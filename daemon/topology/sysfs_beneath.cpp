@@ -30,12 +30,16 @@ int OpenBeneath(int root_fd, const std::string& rel, bool* unsupported) {
     *unsupported = errno == ENOSYS || errno == EPERM || errno == EINVAL || errno == E2BIG;
     return -1;
   }
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (!IsRegularFile(fd)) {
     close(fd);
     return -1;
   }
   return fd;
+}
+
+bool IsRegularFile(int fd) {
+  struct stat st {};
+  return fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
 }
 
 }  // namespace mergewatch

@@ -10,6 +10,14 @@
 // Nothing here throws for a malformed tree: unreadable or malformed entries
 // are reported as human-readable strings appended to `warnings` (which may be
 // nullptr), and the well-formed rest of the tree is still returned.
+//
+// This header is the reader's whole interface; its implementation, from the file system up:
+//   sysfs_tree.*     the contained walk every read goes through (and ReadSysfsAttribute);
+//   sysfs_text.*     pure parsers of attribute text and device names (ParseScheduler,
+//                    ParseLvmName, MultipathHeadOf, dev numbers);
+//   device_reader.*  one device's directory into a BlockDevice, and the walks built on it:
+//                    Topology::Scan, ResolveDevice, ResolveHiddenDisk;
+//   topology.cpp     the graph, pure: indexes, multipath heads, UpperDevices, LowerDisks, Dump.
 #pragma once
 
 #include <cstdint>

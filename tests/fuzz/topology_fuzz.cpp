@@ -291,7 +291,7 @@ void RunTarget(const Queries& queries, const uint8_t* data, size_t size) {
   const std::string dump = topology.Dump();
   CheckTopology(topology);
   if (g_print) {
-    // Same shape as tests/unit/topology_test.cpp's golden files, to check the encoder.
+    // Same shape as tests/unit/topology/device_reader_test.cpp's golden files, to check the encoder.
     std::string out = dump;
     for (std::string warning : warnings) {
       for (size_t at = warning.find(g_root); at != std::string::npos; at = warning.find(g_root, at)) {
