@@ -39,6 +39,9 @@ bool Eligible(const BlockDevice& d) {
 std::optional<QueueFinding> RotationalWithoutScheduler(const BlockDevice& d) {
   const QueueSettings& q = d.queue;
   if (q.rotational != 1 || q.scheduler != "none" || !TransportReportsRotation(d.transport)) return std::nullopt;
+  // An sd disk whose page B1 says nothing of rotation (rate 0: QEMU's scsi-hd without rotation_rate, virtual
+  // SCSI disks of clouds) keeps sd's rotational default: a guess, like virtio-blk's.
+  if (d.transport == "sd" && d.scsi_rotation_rate == 0) return std::nullopt;
   std::vector<std::string> elevators;
   for (const std::string& s : q.available_schedulers)
     if (s != "none") elevators.push_back(s);

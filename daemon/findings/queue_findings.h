@@ -58,7 +58,8 @@ struct QueueFinding {
 
 // Every finding that holds, sorted by device then finding:
 // - rotational_without_scheduler: rotational 1 on a transport whose flag is the device's word
-//   (TransportReportsRotation: not virtio_blk, Xen vbd, loop, aoe), active scheduler none, whatever the
+//   (TransportReportsRotation: not virtio_blk, Xen vbd, loop, aoe; not an sd disk whose VPD page B1 gives
+//   rotation rate 0, "not reported"; an sd disk without the page, before v5.18, is trusted), active scheduler none, whatever the
 //   number of hardware queues: with more than one (virtio-scsi's default of one per vCPU, an HBA's) the
 //   kernel's own default is none (elevator_get_default(), unless the tags are host-wide), and the disk
 //   seeks just the same;

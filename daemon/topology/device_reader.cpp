@@ -132,6 +132,14 @@ void ReadDmInfo(const SysfsTree& tree, const std::string& rel, BlockDevice* devi
   device->lvm_layer = lvm->layer;
 }
 
+// The MEDIUM ROTATION RATE of an sd disk's cached VPD page B1 (binary: page code 0xb1 in byte 1, the rate big-endian
+// in bytes 4-5); -1 without the page.
+int ReadScsiRotationRate(const SysfsTree& tree, const std::string& disk_rel) {
+  const std::optional<std::string> page = tree.ReadAttr(disk_rel + "/device/vpd_pgb1");
+  if (!page || page->size() < 6 || static_cast<unsigned char>((*page)[1]) != 0xb1) return -1;
+  return static_cast<unsigned char>((*page)[4]) << 8 | static_cast<unsigned char>((*page)[5]);
+}
+
 }  // namespace
 
 std::optional<BlockDevice> ReadDevice(const SysfsTree& tree, const std::string& rel,
@@ -175,6 +183,7 @@ std::optional<BlockDevice> ReadDevice(const SysfsTree& tree, const std::string& 
     const Lookup l = tree.Resolve(r);
     return l.ok() ? std::optional<std::string>(l.rel) : std::nullopt;
   }, disk_rel, device.kind == DeviceKind::kLoop);
+  if (device.transport == "sd") device.scsi_rotation_rate = ReadScsiRotationRate(tree, disk_rel);
   ReadDmInfo(tree, rel, &device);
   device.slaves = tree.ListNames(rel + "/slaves");
   device.holders = tree.ListNames(rel + "/holders");

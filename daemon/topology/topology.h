@@ -106,6 +106,11 @@ struct BlockDevice {
   // The disk's driver as sysfs names it ("sd", "virtio_blk", "vbd", "nvme", "loop"; "" unknown): see
   // topology/transport.h. Partitions carry their disk's. Not part of Dump().
   std::string transport;
+  // An sd disk's MEDIUM ROTATION RATE from its cached VPD Block Device Characteristics page
+  // (<disk>/device/vpd_pgb1, bytes 4-5; the kernel caches and shows page B1 since "scsi: core: Cache VPD
+  // pages b0, b1, b2", v5.18): 0 the device does not say, 1 non-rotating, 0x401-0xfffe its rpm. -1 when there
+  // is no such page to read (not sd, an older kernel, a device without the page). Not part of Dump().
+  int scsi_rotation_rate = -1;
 };
 
 // An LVM dm name split into its parts, '--' unescaped to '-'.

@@ -132,6 +132,13 @@ TEST(QueueFindings, RotationalOnNoneIsAFindingWhateverTheHardwareQueues) {
   EXPECT_EQ(bare[0].remedy.find("CONFIG_MQ_IOSCHED_DEADLINE"), std::string::npos) << bare[0].remedy;
   devices[0].queue.hw_queues = 1;
   EXPECT_EQ(Found(Topology::FromDevices(devices), kKernel61), (Pairs{{"sdc", kRotationalWithoutScheduler}}));
+  // VPD page B1: a disk that gives its rpm is named; one whose rate is 0 ("not reported": QEMU's scsi-hd
+  // without rotation_rate, clouds' virtual SCSI disks) kept sd's rotational default, a guess: not named.
+  devices[0].scsi_rotation_rate = 7200;
+  EXPECT_EQ(Found(Topology::FromDevices(devices), kKernel61), (Pairs{{"sdc", kRotationalWithoutScheduler}}));
+  devices[0].scsi_rotation_rate = 0;
+  EXPECT_EQ(Found(Topology::FromDevices(devices), kKernel61), Pairs{});
+  devices[0].scsi_rotation_rate = -1;
   devices[0].queue.rotational = 0;  // an SSD on none: no finding
   EXPECT_EQ(Found(Topology::FromDevices(devices), kKernel61), Pairs{});
 }
@@ -153,6 +160,10 @@ TEST(QueueFindings, TransportsAreReadFromTheDriverLink) {
     EXPECT_EQ(d->queue.scheduler, "none") << name;
   }
   EXPECT_EQ(t.FindByName("sda")->queue.hw_queues, 2);
+  EXPECT_EQ(t.FindByName("sda")->scsi_rotation_rate, 7200);  // device/vpd_pgb1, bytes 4-5
+  EXPECT_EQ(t.FindByName("vda")->scsi_rotation_rate, -1);     // not sd
+  // The LinkedIn fixture's SATA disks have no cached page (a kernel before v5.18): -1, trusted.
+  EXPECT_EQ(Topology::FromDevices(ScanDevices("md-raid1-hdd", nullptr)).FindByName("sda")->scsi_rotation_rate, -1);
   EXPECT_EQ(t.FindByName("vda")->queue.hw_queues, 1);
   // The LinkedIn fixture's SATA disks hang off sd too.
   const Topology hdd = Topology::FromDevices(ScanDevices("md-raid1-hdd", nullptr));
