@@ -66,13 +66,13 @@ SysfsTree::SysfsTree(const std::string& root, std::vector<std::string>* warnings
 Lookup SysfsTree::Resolve(const std::string& rel) const {
   Lookup lookup;
   std::vector<std::string> done;
-  std::deque<std::string> todo;
-  for (std::string& part : SplitPath(rel)) todo.push_back(std::move(part));
+  std::deque<std::string> pending;
+  for (std::string& part : SplitPath(rel)) pending.push_back(std::move(part));
   int hops = 0;
   const Entry* last = nullptr;  // the entry of JoinPath(done), once known
-  while (!todo.empty()) {
-    const std::string part = todo.front();
-    todo.pop_front();
+  while (!pending.empty()) {
+    const std::string part = pending.front();
+    pending.pop_front();
     if (part == ".") continue;
     if (part == "..") {
       if (done.empty()) return Fail("symlink climbs above the sysfs root");
@@ -103,7 +103,7 @@ Lookup SysfsTree::Resolve(const std::string& rel) const {
     done.pop_back();  // the link itself is replaced by its target
     last = nullptr;
     const std::vector<std::string> target_parts = SplitPath(entry.target.string());
-    todo.insert(todo.begin(), target_parts.begin(), target_parts.end());
+    pending.insert(pending.begin(), target_parts.begin(), target_parts.end());
   }
   lookup.rel = JoinPath(done);
   // After a trailing "..", the entry of the new last component is needed.
