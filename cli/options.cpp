@@ -10,6 +10,8 @@
 #include <set>
 #include <sstream>
 
+#include "flag_args.h"
+
 #ifndef MERGEWATCH_VERSION
 #define MERGEWATCH_VERSION "0.0.0-dev"
 #endif
@@ -219,7 +221,8 @@ ParsedCommandLine ParseCommandLine(int argc, const char* const* argv) {
   RawFlags raw;
   DefineFlags(app, c, raw);
   try {
-    app.parse(argc, argv);
+    const FlagArgs args(argc, argv);
+    app.parse(args.argc(), args.argv());
   } catch (const CLI::CallForHelp&) {
     result.output = app.help();
     return result;

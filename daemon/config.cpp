@@ -8,6 +8,7 @@
 #include <regex>
 
 #include "exit_codes.h"
+#include "flag_args.h"
 #include "http/listen.h"
 
 #ifndef MERGEWATCH_VERSION
@@ -240,7 +241,8 @@ ParseResult ParseFlags(int argc, const char* const* argv) {
   app.add_option("--debug.bpf-loader-hang", config.bpf_loader_hangs)->group("");  // tests only, not in --help
 
   try {
-    app.parse(argc, argv);
+    const FlagArgs args(argc, argv);
+    app.parse(args.argc(), args.argv());
   } catch (const CLI::CallForHelp&) {
     result.output = app.help();
     return result;

@@ -32,6 +32,20 @@ TEST(ParseFlags, DefaultsRun) {
   EXPECT_EQ(r.config.inflight_entries, 65536u);  // docs/operations.md and mergewatch_bpf_inflight_capacity say so
 }
 
+TEST(ParseFlags, AnEmptyValueAfterEqualsIsEmptyAndEatsNoArgument) {
+  // "--devices.exclude=" keeps every device; CLI11 alone took the next flag as the pattern.
+  ParseResult r = Parse({"--devices.exclude=", "--web.listen-address=127.0.0.1:9101"});
+  ASSERT_TRUE(r.run) << r.output;
+  EXPECT_TRUE(r.config.devices.KeepsEveryDevice());
+  EXPECT_EQ(r.config.listen_addresses, std::vector<std::string>{"127.0.0.1:9101"});
+  r = Parse({"--web.listen-address="});  // an empty value is still checked as one
+  EXPECT_FALSE(r.run);
+  EXPECT_EQ(r.exit_code, kExitUsage) << r.output;
+  r = Parse({"--collapse.window=", "--log.level=debug"});
+  EXPECT_FALSE(r.run);
+  EXPECT_EQ(r.exit_code, kExitUsage) << r.output;
+}
+
 TEST(ParseFlags, ProgramTypeCanBePinned) {
   for (ProgramType type : {ProgramType::kAuto, ProgramType::kTpBtf, ProgramType::kRawTp}) {
     const std::string flag = std::string("--bpf.program-type=") + ProgramTypeName(type);

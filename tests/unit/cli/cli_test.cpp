@@ -370,6 +370,15 @@ std::string TempFile(const std::string& text) {
   return path;
 }
 
+TEST(CommandLine, AnEmptyValueAfterEqualsIsEmptyAndEatsNoArgument) {
+  // CLI11 alone would take "status" as --ca-file's value and run no command.
+  ParsedCommandLine p = Parsed({"--ca-file=", "status", "--url=http://127.0.0.1:1/metrics"});
+  ASSERT_TRUE(p.run) << p.output;
+  EXPECT_EQ(p.command_line.command, Command::kStatus);
+  EXPECT_EQ(p.command_line.client.ca_file, "");
+  EXPECT_EQ(p.command_line.endpoint.base, "http://127.0.0.1:1");
+}
+
 TEST(CommandLine, DefaultsSubcommandsAndIntervals) {
   ParsedCommandLine p = Parsed({"status"});
   ASSERT_TRUE(p.run) << p.output;
