@@ -2,7 +2,8 @@
 #include "metrics/device_filter.h"
 
 #include <algorithm>
-#include <map>
+#include <string_view>
+#include <unordered_map>
 
 namespace mergewatch {
 
@@ -31,6 +32,15 @@ bool DeviceFilter::Make(const std::string& include, const std::string& exclude, 
 }
 
 bool DeviceFilter::Excluded(const std::string& device) const {
+  if (KeepsEveryDevice()) return false;
+  std::lock_guard<std::mutex> lock(memo_->mutex);
+  auto it = memo_->excluded.find(device);
+  if (it != memo_->excluded.end()) return it->second;
+  if (memo_->excluded.size() >= kMaxRemembered) memo_->excluded.clear();
+  return memo_->excluded.emplace(device, Match(device)).first->second;
+}
+
+bool DeviceFilter::Match(const std::string& device) const {
   if (exclude_ && std::regex_search(device, *exclude_)) return true;
   if (include_ && !std::regex_search(device, *include_)) return true;
   return false;
@@ -43,18 +53,29 @@ std::string DeviceFilter::Describe() const {
 }
 
 void DropExcludedDevices(const DeviceFilter& filter, std::vector<prometheus::MetricFamily>* families) {
-  std::map<std::string, bool> memo;  // one regex run per device and scrape
+  if (filter.KeepsEveryDevice()) return;
+  // A scrape's series name the same few hundred devices thousands of times, mostly several in a
+  // row: the previous series' answer first, then this scrape's own table, then the filter's memo.
+  // Owned copies: remove_if moves the series, and the label strings with them.
+  std::unordered_map<std::string, bool> seen;
+  std::string previous;
+  bool has_previous = false, previous_excluded = false;
+  auto excluded = [&](const std::string& device) {
+    if (has_previous && device == previous) return previous_excluded;
+    auto it = seen.find(device);
+    if (it == seen.end()) it = seen.emplace(device, filter.Excluded(device)).first;
+    previous = device;
+    has_previous = true;
+    previous_excluded = it->second;
+    return previous_excluded;
+  };
+  constexpr std::string_view kDeviceLabel = "device";
   for (prometheus::MetricFamily& family : *families) {
     auto& metrics = family.metric;
     metrics.erase(std::remove_if(metrics.begin(), metrics.end(),
                                  [&](const prometheus::ClientMetric& metric) {
-                                   for (const prometheus::ClientMetric::Label& label : metric.label) {
-                                     if (label.name != "device") continue;
-                                     auto it = memo.find(label.value);
-                                     if (it == memo.end())
-                                       it = memo.emplace(label.value, filter.Excluded(label.value)).first;
-                                     return it->second;
-                                   }
+                                   for (const prometheus::ClientMetric::Label& label : metric.label)
+                                     if (label.name == kDeviceLabel) return excluded(label.value);
                                    return false;
                                  }),
                   metrics.end());

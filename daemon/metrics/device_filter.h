@@ -10,8 +10,10 @@
 #include <prometheus/metric_family.h>
 
 #include <memory>
+#include <mutex>
 #include <regex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace mergewatch {
@@ -26,12 +28,24 @@ class DeviceFilter {
   // One of include or exclude (the other empty). ECMAScript syntax (\d, [[:alpha:]], (?:...)),
   // close to Go's RE2 that node_exporter's patterns are written in. False with `error` on a bad one.
   static bool Make(const std::string& include, const std::string& exclude, DeviceFilter* filter, std::string* error);
+  // The regular expression runs once per name for the filter's lifetime (every scrape asks again
+  // for the same few hundred names); thread-safe, as scrapes run on several HTTP workers.
   bool Excluded(const std::string& device) const;
+  bool KeepsEveryDevice() const { return !include_ && !exclude_; }
   std::string Describe() const;  // for the start-up log
 
  private:
+  // Names come from sysfs and departed devices; past this many the memo starts again.
+  static constexpr size_t kMaxRemembered = 4096;
+  struct Memo {
+    std::mutex mutex;
+    std::unordered_map<std::string, bool> excluded;
+  };
+  bool Match(const std::string& device) const;
+
   std::shared_ptr<const std::regex> include_, exclude_;
   std::string include_text_, exclude_text_;
+  std::shared_ptr<Memo> memo_ = std::make_shared<Memo>();
 };
 
 // Drops every series whose `device` label the filter excludes (families left empty stay, with

@@ -53,5 +53,36 @@ TEST(DeviceFilter, DropsSeriesByTheDeviceLabelOnlySoAnExcludedUpperStays) {
   EXPECT_EQ(families[1].metric[0].label[0].name, "version");
 }
 
+TEST(DeviceFilter, RepeatedAndInterleavedDevicesKeepTheirAnswerWhileSeriesMove) {
+  DeviceFilter filter;
+  std::string error;
+  ASSERT_TRUE(DeviceFilter::Make("", kDefaultDeviceExclude, &filter, &error)) << error;
+  std::vector<prometheus::MetricFamily> families(1);
+  // remove_if moves the kept series over the dropped ones: a remembered name must not follow them.
+  for (const char* device : {"zram0", "zram0", "loop1", "zram0", "loop1", "loop1", "ram3", "sda", "zram0"})
+    families[0].metric.push_back(Series({{"op", "read"}, {"device", device}}));
+  for (int scrape = 0; scrape < 2; ++scrape) {
+    std::vector<prometheus::MetricFamily> copy = families;
+    DropExcludedDevices(filter, &copy);
+    std::vector<std::string> kept;
+    for (const auto& metric : copy[0].metric) kept.push_back(metric.label[1].value);
+    EXPECT_EQ(kept, (std::vector<std::string>{"loop1", "loop1", "loop1", "sda"})) << "scrape " << scrape;
+  }
+}
+
+TEST(DeviceFilter, AnswersStayTheSamePastTheMemosBoundAndInCopies) {
+  DeviceFilter filter;
+  std::string error;
+  ASSERT_TRUE(DeviceFilter::Make("^sd", "", &filter, &error)) << error;
+  DeviceFilter copy = filter;  // as Config copies it: the copies agree
+  for (int i = 0; i < 10000; ++i) {  // past the memo's bound: it starts again, the answers do not change
+    std::string name = (i % 2 ? "sd" : "loop") + std::to_string(i);
+    ASSERT_EQ(filter.Excluded(name), i % 2 == 0) << name;
+    ASSERT_EQ(copy.Excluded(name), i % 2 == 0) << name;
+  }
+  EXPECT_FALSE(DeviceFilter().Excluded("zram0"));
+  EXPECT_TRUE(DeviceFilter().KeepsEveryDevice());
+}
+
 }  // namespace
 }  // namespace mergewatch
