@@ -52,30 +52,64 @@ std::string DeviceFilter::Describe() const {
   return "every device";
 }
 
+namespace {
+
+// Whether each series' device is excluded, for one scrape. A scrape names the same few hundred
+// devices thousands of times, and most families list them in the order the family before did
+// (the topology's families are filled device by device): the device at the same position of the
+// previous family is compared first, then the previous series', and only then are the names hashed.
+class ScrapeDeviceAnswers {
+ public:
+  explicit ScrapeDeviceAnswers(const DeviceFilter& filter) : filter_(filter) {}
+
+  void StartFamily() {
+    previous_family_.swap(this_family_);
+    this_family_.clear();
+  }
+
+  bool Excluded(const std::string& device) {
+    const size_t position = this_family_.size();
+    int index = -1;
+    if (position < previous_family_.size() && names_[previous_family_[position]] == device)
+      index = previous_family_[position];
+    else if (!this_family_.empty() && names_[this_family_.back()] == device)
+      index = this_family_.back();
+    else
+      index = IndexOf(device);
+    this_family_.push_back(index);
+    return excluded_[index];
+  }
+
+ private:
+  int IndexOf(const std::string& device) {
+    auto [it, added] = index_of_.emplace(device, static_cast<int>(names_.size()));
+    if (added) {
+      names_.push_back(device);  // owned: remove_if moves the series, and their label strings with them
+      excluded_.push_back(filter_.Excluded(device));
+    }
+    return it->second;
+  }
+
+  const DeviceFilter& filter_;
+  std::unordered_map<std::string, int> index_of_;
+  std::vector<std::string> names_;
+  std::vector<char> excluded_;
+  std::vector<int> previous_family_, this_family_;  // index of each series' device, in order
+};
+
+}  // namespace
+
 void DropExcludedDevices(const DeviceFilter& filter, std::vector<prometheus::MetricFamily>* families) {
   if (filter.KeepsEveryDevice()) return;
-  // A scrape's series name the same few hundred devices thousands of times, mostly several in a
-  // row: the previous series' answer first, then this scrape's own table, then the filter's memo.
-  // Owned copies: remove_if moves the series, and the label strings with them.
-  std::unordered_map<std::string, bool> seen;
-  std::string previous;
-  bool has_previous = false, previous_excluded = false;
-  auto excluded = [&](const std::string& device) {
-    if (has_previous && device == previous) return previous_excluded;
-    auto it = seen.find(device);
-    if (it == seen.end()) it = seen.emplace(device, filter.Excluded(device)).first;
-    previous = device;
-    has_previous = true;
-    previous_excluded = it->second;
-    return previous_excluded;
-  };
+  ScrapeDeviceAnswers answers(filter);
   constexpr std::string_view kDeviceLabel = "device";
   for (prometheus::MetricFamily& family : *families) {
+    answers.StartFamily();
     auto& metrics = family.metric;
     metrics.erase(std::remove_if(metrics.begin(), metrics.end(),
                                  [&](const prometheus::ClientMetric& metric) {
                                    for (const prometheus::ClientMetric::Label& label : metric.label)
-                                     if (label.name == kDeviceLabel) return excluded(label.value);
+                                     if (label.name == kDeviceLabel) return answers.Excluded(label.value);
                                    return false;
                                  }),
                   metrics.end());
