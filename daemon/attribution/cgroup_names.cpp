@@ -87,8 +87,8 @@ CgroupNames::CgroupNames(std::optional<std::string> mount_root, IdSource id_sour
 
 CgroupName CgroupNames::Name(uint64_t id, CgroupSource source, TimePoint now) {
   if (source == CgroupSource::kWriteback) return {CgroupNameKind::kWriteback, ""};
-  if (!mount_root_) return {CgroupNameKind::kUnattributedV1, ""};
   if (id == 0) return {CgroupNameKind::kKernel, ""};
+  if (!mount_root_) return {CgroupNameKind::kUnattributedV1, ""};
   auto it = entries_.find(id);
   if (it != entries_.end() && it->second.gone_since && now - *it->second.gone_since >= options_.grace) {
     ++stats_.expired;

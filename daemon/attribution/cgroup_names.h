@@ -50,7 +50,9 @@ enum class CgroupNameKind : uint8_t {
   kWriteback,       // "writeback": flagged by the BPF side (CgroupSource::kWriteback)
   kKernel,          // "kernel": id 0 (no task context) or an id the tree never showed
   kUnattributedV1,  // "": a host without a cgroup2 mount, where every task is in the default
-                    // hierarchy's root and ids name nothing; callers say "unattributed (cgroup v1)"
+                    // hierarchy's root (id 1, unless a cgroup2 mount the daemon cannot see made children)
+                    // and ids name nothing; callers say "unattributed (cgroup v1)". Id 0 and
+                    // writeback keep their names there.
 };
 
 struct CgroupName {

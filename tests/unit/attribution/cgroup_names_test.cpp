@@ -63,12 +63,14 @@ TEST(Cgroup2MountPoint, GarbageNeverCrashes) {
 
 TEST(CgroupNames, V1OnlyHostNamesEveryIdUnattributed) {
   CgroupNames names(std::nullopt, [](int) { return std::optional<uint64_t>(1); });
-  for (uint64_t id : {uint64_t{0}, uint64_t{1}, uint64_t{4242}, ~uint64_t{0}}) {
+  for (uint64_t id : {uint64_t{1}, uint64_t{4242}, ~uint64_t{0}}) {
     const CgroupName name = names.Name(id, CgroupSource::kTask, At(seconds(1)));
     EXPECT_EQ(name.kind, CgroupNameKind::kUnattributedV1);
     EXPECT_EQ(LabelOf(name), "");
     EXPECT_EQ(DisplayOf(name), "unattributed (cgroup v1)");
   }
+  EXPECT_EQ(names.Name(0, CgroupSource::kTask, At(seconds(1))), kKernelName);
+  EXPECT_EQ(LabelOf(names.Name(1, CgroupSource::kWriteback, At(seconds(1)))), "writeback");
   names.Sweep(At(seconds(3600)));
   EXPECT_EQ(names.stats().scans, 0u);
   EXPECT_EQ(names.size(), 0u);
