@@ -21,46 +21,51 @@ ServiceCounters ServiceWindow::Advance(const ServiceCounters& now) {
 
 namespace {
 
-// One pair's services, most requests first, ties by CgroupRef.
-PairServices Rank(const DevicePair& pair, std::vector<ServiceShare> all) {
+// One pair's services (requests per label), most requests first, ties by label.
+PairServices Rank(const DevicePair& pair, const std::map<std::string, uint64_t>& per_label) {
   PairServices out;
   out.pair = pair;
-  for (const ServiceShare& s : all) out.requests += s.requests;
-  std::sort(all.begin(), all.end(), [](const ServiceShare& a, const ServiceShare& b) {
-    return a.requests != b.requests ? a.requests > b.requests : a.cgroup < b.cgroup;
-  });
+  std::vector<ServiceShare> all;
+  for (const auto& [cgroup, requests] : per_label) {
+    ServiceShare s;
+    s.cgroup = cgroup;
+    s.requests = requests;
+    all.push_back(std::move(s));
+    out.requests += requests;
+  }
+  // The map is in label order, so a stable sort by requests alone breaks ties by label.
+  std::stable_sort(all.begin(), all.end(),
+                   [](const ServiceShare& a, const ServiceShare& b) { return a.requests > b.requests; });
   ServiceShare other;
   other.other = true;
+  other.cgroup = kOtherCgroup;
   for (size_t i = 0; i < all.size(); ++i) {
     if (i < kTopServices) {
-      out.services.push_back(all[i]);
+      out.services.push_back(std::move(all[i]));
     } else {
       other.requests += all[i].requests;
     }
   }
-  out.services.push_back(other);
+  out.services.push_back(std::move(other));
   for (ServiceShare& s : out.services) s.share = static_cast<double>(s.requests) / static_cast<double>(out.requests);
   return out;
 }
 
 }  // namespace
 
-std::vector<PairServices> TopServices(const ServiceCounters& window, const std::set<DevicePair>& collapsed) {
+std::vector<PairServices> TopServices(const ServiceCounters& window, const std::set<DevicePair>& collapsed,
+                                      const CgroupLabeler& label) {
   // The counters are ordered by pair, so each pair's cgroups are one run of the map.
   std::vector<PairServices> result;
   auto it = window.begin();
   while (it != window.end()) {
     const DevicePair pair = it->first.pair;
-    std::vector<ServiceShare> all;
+    const bool wanted = collapsed.count(pair) > 0;
+    std::map<std::string, uint64_t> per_label;
     for (; it != window.end() && it->first.pair == pair; ++it) {
-      if (it->second == 0) continue;
-      ServiceShare s;
-      s.cgroup = it->first.cgroup;
-      s.requests = it->second;
-      all.push_back(s);
+      if (wanted && it->second > 0) per_label[label(it->first.cgroup)] += it->second;
     }
-    if (all.empty() || collapsed.count(pair) == 0) continue;
-    result.push_back(Rank(pair, std::move(all)));
+    if (!per_label.empty()) result.push_back(Rank(pair, per_label));
   }
   return result;
 }

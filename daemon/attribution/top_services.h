@@ -9,8 +9,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -56,8 +58,8 @@ using ServiceCounters = std::map<ServiceCounterKey, uint64_t>;
 inline constexpr size_t kTopServices = 3;  // named per collapsed pair, beside "other"
 
 struct ServiceShare {
-  bool other = false;  // the bucket of every cgroup below the top 3; cgroup is then unset
-  CgroupRef cgroup;
+  bool other = false;  // the bucket of every cgroup below the top 3, cgroup "other"
+  std::string cgroup;  // the label: a path, "kernel", "writeback", "" (v1 host) or "other"
   uint64_t requests = 0;  // in the window
   double share = 0;       // of the pair's requests in the window, 0..1
 };
@@ -84,11 +86,21 @@ class ServiceWindow {
   bool primed_ = false;
 };
 
-// The top services of each collapsed pair in one window's deltas: per pair with requests, the
-// kTopServices cgroups with the most requests, in descending order (ties: the smaller CgroupRef
-// first, so a scrape's series do not swap between equal cgroups), then "other", always present
-// (0 when there is no rest), so the shares of a pair's series always sum to 1 and the bucket's
-// series does not come and go. Pairs not in `collapsed`, or without requests, are absent.
-std::vector<PairServices> TopServices(const ServiceCounters& window, const std::set<DevicePair>& collapsed);
+// The label of a cgroup: LabelOf(CgroupNames::Name(...)) in the daemon.
+using CgroupLabeler = std::function<std::string(const CgroupRef&)>;
+
+inline constexpr char kOtherCgroup[] = "other";  // never a path: paths start with '/'
+
+// The top services of each collapsed pair in one window's deltas. Ranked by label, not by id:
+// ids that share a name (a service restarted into a new cgroup while the old one is named for
+// its grace period, id 0 and unknown ids as "kernel", every id on a v1 host) are one service
+// and must be one series, or the scrape would hold the same series twice. Per pair with
+// requests: the kTopServices labels with the most requests, in descending order (ties: the
+// smaller label first, so equal services do not swap between scrapes), then "other", always
+// present (0 when there is no rest), so a pair's shares sum to 1 and the bucket's series does
+// not come and go. Pairs not in `collapsed`, or without requests, are absent, and their
+// cgroups are not named (label is called for collapsed pairs only).
+std::vector<PairServices> TopServices(const ServiceCounters& window, const std::set<DevicePair>& collapsed,
+                                      const CgroupLabeler& label);
 
 }  // namespace mergewatch

@@ -13,6 +13,15 @@ const DevicePair kOriginPair{259, 0, 253, 1};
 
 CgroupRef Task(uint64_t id) { return {id, CgroupSource::kTask}; }
 
+// Ids name "/s<id>", writeback "writeback".
+std::string Label(const CgroupRef& c) {
+  return c.source == CgroupSource::kWriteback ? "writeback" : "/s" + std::to_string(c.id);
+}
+
+std::vector<PairServices> Top(const ServiceCounters& window, const std::set<DevicePair>& collapsed) {
+  return TopServices(window, collapsed, Label);
+}
+
 ServiceCounterKey Key(const DevicePair& pair, CgroupRef cgroup) { return {pair, cgroup}; }
 
 uint64_t Sum(const PairServices& p) {
@@ -46,14 +55,14 @@ TEST(TopServices, TwoHundredCgroupsMakeFourSeriesPerCollapsedPair) {
     window[Key(kSnapshotPair, Task(id))] = id;  // 299, 298 and 297 the most
     window[Key(kOriginPair, Task(id))] = 1;
   }
-  const std::vector<PairServices> top = TopServices(window, {kSnapshotPair});
+  const std::vector<PairServices> top = Top(window, {kSnapshotPair});
   ASSERT_EQ(top.size(), 1u) << "the origin pair is not collapsed: no series";
   const PairServices& p = top[0];
   EXPECT_EQ(p.pair, kSnapshotPair);
   ASSERT_EQ(p.services.size(), 4u);
-  EXPECT_EQ(p.services[0].cgroup, Task(299));
-  EXPECT_EQ(p.services[1].cgroup, Task(298));
-  EXPECT_EQ(p.services[2].cgroup, Task(297));
+  EXPECT_EQ(p.services[0].cgroup, "/s299");
+  EXPECT_EQ(p.services[1].cgroup, "/s298");
+  EXPECT_EQ(p.services[2].cgroup, "/s297");
   EXPECT_TRUE(p.services[3].other);
   const uint64_t total = (100 + 299) * 200 / 2;
   EXPECT_EQ(p.requests, total);
@@ -67,7 +76,7 @@ TEST(TopServices, TwoHundredCgroupsMakeFourSeriesPerCollapsedPair) {
 
 TEST(TopServices, OneServiceIsItsWholeShareAndOtherIsZero) {
   const ServiceCounters window{{Key(kSnapshotPair, Task(11)), 970}, {Key(kSnapshotPair, Task(12)), 30}};
-  const std::vector<PairServices> top = TopServices(window, {kSnapshotPair});
+  const std::vector<PairServices> top = Top(window, {kSnapshotPair});
   ASSERT_EQ(top.size(), 1u);
   ASSERT_EQ(top[0].services.size(), 3u) << "two services and other";
   EXPECT_DOUBLE_EQ(top[0].services[0].share, 0.97);
@@ -76,24 +85,52 @@ TEST(TopServices, OneServiceIsItsWholeShareAndOtherIsZero) {
   EXPECT_DOUBLE_EQ(top[0].services[2].share, 0.0);
 }
 
-TEST(TopServices, TiesGoToTheSmallerCgroupWhateverTheInsertionOrder) {
+TEST(TopServices, TiesGoToTheSmallerLabelWhateverTheInsertionOrder) {
   ServiceCounters window;
   for (uint64_t id : {uint64_t{9}, uint64_t{3}, uint64_t{7}, uint64_t{5}}) window[Key(kSnapshotPair, Task(id))] = 50;
-  window[Key(kSnapshotPair, {3, CgroupSource::kWriteback})] = 50;  // same id, another source: its own cgroup
-  const std::vector<PairServices> top = TopServices(window, {kSnapshotPair});
+  window[Key(kSnapshotPair, {2, CgroupSource::kWriteback})] = 50;  // "writeback" sorts after the paths
+  const std::vector<PairServices> top = Top(window, {kSnapshotPair});
   ASSERT_EQ(top.size(), 1u);
-  EXPECT_EQ(top[0].services[0].cgroup, Task(3));
-  EXPECT_EQ(top[0].services[1].cgroup, (CgroupRef{3, CgroupSource::kWriteback}));
-  EXPECT_EQ(top[0].services[2].cgroup, Task(5));
-  EXPECT_EQ(top[0].services[3].requests, 100u) << "7 and 9 in other";
+  ASSERT_EQ(top[0].services.size(), 4u);
+  EXPECT_EQ(top[0].services[0].cgroup, "/s3");
+  EXPECT_EQ(top[0].services[1].cgroup, "/s5");
+  EXPECT_EQ(top[0].services[2].cgroup, "/s7");
+  EXPECT_EQ(top[0].services[3].cgroup, "other");
+  EXPECT_EQ(top[0].services[3].requests, 100u) << "/s9 and writeback in other";
+}
+
+// A service restarted into a new cgroup (the old id still named for its grace period), or id 0
+// and an unknown id both "kernel": one name, one series, the requests summed.
+TEST(TopServices, IdsSharingANameAreOneService) {
+  auto same = [](const CgroupRef& c) { return c.id >= 100 ? std::string("/backup.slice") : "/s" + std::to_string(c.id); };
+  const ServiceCounters window{{Key(kSnapshotPair, Task(100)), 40}, {Key(kSnapshotPair, Task(101)), 50},
+                               {Key(kSnapshotPair, Task(5)), 60}};
+  const std::vector<PairServices> top = TopServices(window, {kSnapshotPair}, same);
+  ASSERT_EQ(top.size(), 1u);
+  ASSERT_EQ(top[0].services.size(), 3u);
+  EXPECT_EQ(top[0].services[0].cgroup, "/backup.slice");
+  EXPECT_EQ(top[0].services[0].requests, 90u);
+  EXPECT_EQ(top[0].services[1].cgroup, "/s5");
+}
+
+TEST(TopServices, OnlyCollapsedPairsAreNamed) {
+  int calls = 0;
+  auto counting = [&calls](const CgroupRef& c) {
+    ++calls;
+    return Label(c);
+  };
+  const ServiceCounters window{{Key(kSnapshotPair, Task(1)), 10}, {Key(kOriginPair, Task(2)), 20},
+                               {Key(kOriginPair, Task(3)), 20}};
+  EXPECT_EQ(TopServices(window, {kSnapshotPair}, counting).size(), 1u);
+  EXPECT_EQ(calls, 1);
 }
 
 TEST(TopServices, PairsWithoutRequestsOrNotCollapsedAreAbsent) {
-  EXPECT_TRUE(TopServices({}, {kSnapshotPair}).empty());
-  EXPECT_TRUE(TopServices({{Key(kSnapshotPair, Task(1)), 0}}, {kSnapshotPair}).empty());
-  EXPECT_TRUE(TopServices({{Key(kSnapshotPair, Task(1)), 10}}, {}).empty());
+  EXPECT_TRUE(Top({}, {kSnapshotPair}).empty());
+  EXPECT_TRUE(Top({{Key(kSnapshotPair, Task(1)), 0}}, {kSnapshotPair}).empty());
+  EXPECT_TRUE(Top({{Key(kSnapshotPair, Task(1)), 10}}, {}).empty());
   const std::vector<PairServices> both =
-      TopServices({{Key(kSnapshotPair, Task(1)), 10}, {Key(kOriginPair, Task(2)), 20}}, {kSnapshotPair, kOriginPair});
+      Top({{Key(kSnapshotPair, Task(1)), 10}, {Key(kOriginPair, Task(2)), 20}}, {kSnapshotPair, kOriginPair});
   ASSERT_EQ(both.size(), 2u);
   for (const PairServices& p : both) EXPECT_LE(p.services.size(), kTopServices + 1);
 }
@@ -103,15 +140,15 @@ TEST(TopServices, PairsWithoutRequestsOrNotCollapsedAreAbsent) {
 TEST(TopServices, ACgroupDepartingLeavesTheTop) {
   ServiceWindow window;
   window.Advance({{Key(kSnapshotPair, Task(10)), 1000}, {Key(kSnapshotPair, Task(11)), 10}});
-  std::vector<PairServices> top = TopServices(
+  std::vector<PairServices> top = Top(
       window.Advance({{Key(kSnapshotPair, Task(10)), 1900}, {Key(kSnapshotPair, Task(11)), 20}}), {kSnapshotPair});
   ASSERT_EQ(top.size(), 1u);
-  EXPECT_EQ(top[0].services[0].cgroup, Task(10));
+  EXPECT_EQ(top[0].services[0].cgroup, "/s10");
   EXPECT_EQ(top[0].services[0].requests, 900u);
-  top = TopServices(window.Advance({{Key(kSnapshotPair, Task(11)), 60}}), {kSnapshotPair});
+  top = Top(window.Advance({{Key(kSnapshotPair, Task(11)), 60}}), {kSnapshotPair});
   ASSERT_EQ(top.size(), 1u);
   ASSERT_EQ(top[0].services.size(), 2u);
-  EXPECT_EQ(top[0].services[0].cgroup, Task(11));
+  EXPECT_EQ(top[0].services[0].cgroup, "/s11");
   EXPECT_DOUBLE_EQ(top[0].services[0].share, 1.0);
 }
 
