@@ -49,9 +49,13 @@ std::string UnescapeMountinfo(const std::string& field) {
   return out;
 }
 
-std::optional<std::string> Cgroup2MountPoint(const std::string& mountinfo) {
-  // A line: "36 25 0:31 / /sys/fs/cgroup rw,nosuid shared:9 - cgroup2 cgroup2 rw,nsdelegate".
-  // The optional fields before " - " vary in number; the filesystem type is the first after it.
+namespace {
+
+// Calls visit(root, mount point, fstype, super options) for each well-formed mountinfo line.
+// A line: "36 25 0:31 / /sys/fs/cgroup rw,nosuid shared:9 - cgroup2 cgroup2 rw,nsdelegate".
+// The optional fields before " - " vary in number; the filesystem type is the first after it.
+template <typename Visit>
+void ForEachMount(const std::string& mountinfo, Visit visit) {
   std::istringstream lines(mountinfo);
   std::string line;
   while (std::getline(lines, line)) {
@@ -60,11 +64,34 @@ std::optional<std::string> Cgroup2MountPoint(const std::string& mountinfo) {
     if (!(fields >> id >> parent >> devno >> root >> mount_point)) continue;
     while (fields >> field && field != "-") {
     }
-    std::string fstype;
+    std::string fstype, source, options;
     if (field != "-" || !(fields >> fstype)) continue;
-    if (fstype == "cgroup2" && root == "/") return UnescapeMountinfo(mount_point);
+    fields >> source >> options;
+    if (visit(root, mount_point, fstype, options)) return;
   }
-  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::string> Cgroup2MountPoint(const std::string& mountinfo) {
+  std::optional<std::string> found;
+  ForEachMount(mountinfo, [&found](const std::string& root, const std::string& mount_point, const std::string& fstype,
+                                   const std::string&) {
+    if (fstype != "cgroup2" || root != "/") return false;
+    found = UnescapeMountinfo(mount_point);
+    return true;
+  });
+  return found;
+}
+
+bool IoControllerOnV1(const std::string& mountinfo) {
+  bool found = false;
+  ForEachMount(mountinfo, [&found](const std::string&, const std::string&, const std::string& fstype,
+                                   const std::string& options) {
+    found = fstype == "cgroup" && ("," + options + ",").find(",blkio,") != std::string::npos;
+    return found;
+  });
+  return found;
 }
 
 std::optional<uint64_t> KernfsIdOf(int directory_fd) {
@@ -89,6 +116,7 @@ CgroupName CgroupNames::Name(uint64_t id, CgroupSource source, TimePoint now) {
   if (source == CgroupSource::kWriteback) return {CgroupNameKind::kWriteback, ""};
   if (id == 0) return {CgroupNameKind::kKernel, ""};
   if (!mount_root_) return {CgroupNameKind::kUnattributedV1, ""};
+  if (source == CgroupSource::kBlkcg && !options_.blkcg_ids_on_cgroup2) return {CgroupNameKind::kKernel, ""};
   auto it = entries_.find(id);
   if (it != entries_.end() && it->second.gone_since && now - *it->second.gone_since >= options_.grace) {
     ++stats_.expired;

@@ -76,6 +76,13 @@ std::string DisplayOf(const CgroupName& name);
 // names them too. nullopt: no cgroup2 mount (a cgroup v1-only host, or no cgroup at all).
 std::optional<std::string> Cgroup2MountPoint(const std::string& mountinfo);
 
+// Whether the io controller is bound to a cgroup v1 hierarchy: a "cgroup" mount with the blkio
+// option. A bio's blkcg then lives in that hierarchy, whose kernfs ids come from another idr
+// than cgroup2's and may equal the id of an unrelated cgroup2 directory: such ids must not be
+// looked up in the cgroup2 tree (CgroupNamesOptions::blkcg_ids_on_cgroup2). Task ids
+// (bpf_get_current_cgroup_id) are always the default hierarchy's.
+bool IoControllerOnV1(const std::string& mountinfo);
+
 // mountinfo's octal escapes (\040 space, \011 tab, \012 newline, \134 backslash) undone.
 std::string UnescapeMountinfo(const std::string& field);
 
@@ -95,6 +102,7 @@ struct CgroupNamesOptions {
   Duration refresh_interval = std::chrono::seconds(60);   // Sweep walks it this often to notice departures
   Duration grace = std::chrono::minutes(5);              // a departed id keeps its name this long
   size_t max_scan_directories = 65536;                   // one walk reads at most this many directories
+  bool blkcg_ids_on_cgroup2 = true;  // false when IoControllerOnV1: CgroupSource::kBlkcg ids are "kernel"
 };
 
 inline constexpr size_t kMaxCgroupPathBytes = 4096;  // PATH_MAX: deeper directories are not named

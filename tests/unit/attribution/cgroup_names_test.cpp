@@ -52,10 +52,30 @@ TEST(Cgroup2MountPoint, EscapedMountPointAndSubtreeBindMount) {
   EXPECT_EQ(Cgroup2MountPoint(text), std::optional<std::string>("/run/my cgroup\\x"));
 }
 
+TEST(IoControllerOnV1, BlkioMountedOnV1) {
+  EXPECT_TRUE(IoControllerOnV1(kHybrid));
+  EXPECT_TRUE(IoControllerOnV1(kV1Only));
+  EXPECT_FALSE(IoControllerOnV1(kUnified));
+  EXPECT_FALSE(IoControllerOnV1("32 31 0:29 / /sys/fs/cgroup/net rw - cgroup cgroup rw,net_cls,blkio_x\n"));
+  EXPECT_TRUE(IoControllerOnV1("32 31 0:29 / /sys/fs/cgroup/b rw - cgroup cgroup rw,cpu,blkio,memory\n"));
+}
+
+// A hybrid host's blkcg ids are the v1 blkio hierarchy's: id 10 there is not /system.slice.
+TEST(CgroupNames, BlkcgIdsOfAV1IoControllerAreNotLookedUp) {
+  CgroupTree tree;
+  tree.Make("/system.slice", 10);
+  CgroupNamesOptions options;
+  options.blkcg_ids_on_cgroup2 = false;
+  CgroupNames names(tree.root(), tree.Source(), options);
+  EXPECT_EQ(names.Name(10, CgroupSource::kBlkcg, At(seconds(1))), kKernelName);
+  EXPECT_EQ(names.Name(10, CgroupSource::kTask, At(seconds(1))), Service("/system.slice"));
+}
+
 TEST(Cgroup2MountPoint, GarbageNeverCrashes) {
   for (const char* text : {"-", " - ", "1 2 3", "1 2 3 4 5", "1 2 3 4 5 -", "1 2 3 / /x - ", "\n\n\\", "1 2 3 / \\7"}) {
     EXPECT_EQ(Cgroup2MountPoint(text), std::nullopt) << text;
   }
+  for (const char* text : {"-", "1 2 3 / /x - cgroup", "1 2 3 / /x - cgroup none"}) EXPECT_FALSE(IoControllerOnV1(text));
   EXPECT_EQ(UnescapeMountinfo("a\\04"), "a\\04");     // cut off: kept as is
   EXPECT_EQ(UnescapeMountinfo("a\\477b"), "a\\477b");  // > \377: not an escape
   EXPECT_EQ(UnescapeMountinfo("\\011\\012"), "\t\n");
