@@ -9,7 +9,7 @@ import re
 from conftest import REPO
 
 ARCHITECTURE = os.path.join(REPO, "docs", "architecture.md")
-FOLDERS = ("topology", "source", "detector", "findings", "metrics", "http")
+FOLDERS = ("topology", "source", "detector", "findings", "metrics", "http", "attribution")
 
 
 def allowed_directions():
