@@ -3,7 +3,7 @@
 
 #include <algorithm>
 #include <string_view>
-#include <unordered_map>
+#include <utility>
 
 namespace mergewatch {
 
@@ -57,7 +57,8 @@ namespace {
 // Whether each series' device is excluded, for one scrape. A scrape names the same few hundred
 // devices thousands of times, and most families list them in the order the family before did
 // (the topology's families are filled device by device): the device at the same position of the
-// previous family is compared first, then the previous series', and only then are the names hashed.
+// previous family is compared first, then the previous series', and only then is the filter's
+// memo asked. Owned copies of the names: remove_if moves the series, and their label strings.
 class ScrapeDeviceAnswers {
  public:
   explicit ScrapeDeviceAnswers(const DeviceFilter& filter) : filter_(filter) {}
@@ -69,32 +70,20 @@ class ScrapeDeviceAnswers {
 
   bool Excluded(const std::string& device) {
     const size_t position = this_family_.size();
-    int index = -1;
-    if (position < previous_family_.size() && names_[previous_family_[position]] == device)
-      index = previous_family_[position];
-    else if (!this_family_.empty() && names_[this_family_.back()] == device)
-      index = this_family_.back();
+    bool excluded;
+    if (position < previous_family_.size() && previous_family_[position].first == device)
+      excluded = previous_family_[position].second;
+    else if (!this_family_.empty() && this_family_.back().first == device)
+      excluded = this_family_.back().second;
     else
-      index = IndexOf(device);
-    this_family_.push_back(index);
-    return excluded_[index];
+      excluded = filter_.Excluded(device);
+    this_family_.emplace_back(device, excluded);
+    return excluded;
   }
 
  private:
-  int IndexOf(const std::string& device) {
-    auto [it, added] = index_of_.emplace(device, static_cast<int>(names_.size()));
-    if (added) {
-      names_.push_back(device);  // owned: remove_if moves the series, and their label strings with them
-      excluded_.push_back(filter_.Excluded(device));
-    }
-    return it->second;
-  }
-
   const DeviceFilter& filter_;
-  std::unordered_map<std::string, int> index_of_;
-  std::vector<std::string> names_;
-  std::vector<char> excluded_;
-  std::vector<int> previous_family_, this_family_;  // index of each series' device, in order
+  std::vector<std::pair<std::string, bool>> previous_family_, this_family_;  // each series' device, in order
 };
 
 }  // namespace

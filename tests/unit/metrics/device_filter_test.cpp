@@ -57,16 +57,21 @@ TEST(DeviceFilter, RepeatedAndInterleavedDevicesKeepTheirAnswerWhileSeriesMove) 
   DeviceFilter filter;
   std::string error;
   ASSERT_TRUE(DeviceFilter::Make("", kDefaultDeviceExclude, &filter, &error)) << error;
-  std::vector<prometheus::MetricFamily> families(1);
+  std::vector<prometheus::MetricFamily> families(2);
   // remove_if moves the kept series over the dropped ones: a remembered name must not follow them.
   for (const char* device : {"zram0", "zram0", "loop1", "zram0", "loop1", "loop1", "ram3", "sda", "zram0"})
     families[0].metric.push_back(Series({{"op", "read"}, {"device", device}}));
+  // The next family in another order: the answer at the same place in the family before is not this one's.
+  for (const char* device : {"loop1", "zram0", "sda", "loop1", "ram3", "zram0", "sda"})
+    families[1].metric.push_back(Series({{"op", "write"}, {"device", device}}));
   for (int scrape = 0; scrape < 2; ++scrape) {
     std::vector<prometheus::MetricFamily> copy = families;
     DropExcludedDevices(filter, &copy);
-    std::vector<std::string> kept;
-    for (const auto& metric : copy[0].metric) kept.push_back(metric.label[1].value);
-    EXPECT_EQ(kept, (std::vector<std::string>{"loop1", "loop1", "loop1", "sda"})) << "scrape " << scrape;
+    std::vector<std::string> kept[2];
+    for (int f = 0; f < 2; ++f)
+      for (const auto& metric : copy[f].metric) kept[f].push_back(metric.label[1].value);
+    EXPECT_EQ(kept[0], (std::vector<std::string>{"loop1", "loop1", "loop1", "sda"})) << "scrape " << scrape;
+    EXPECT_EQ(kept[1], (std::vector<std::string>{"loop1", "sda", "loop1", "sda"})) << "scrape " << scrape;
   }
 }
 
