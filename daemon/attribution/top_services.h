@@ -25,12 +25,11 @@ namespace mergewatch {
 struct DevicePair {
   uint32_t disk_major = 0, disk_minor = 0;
   uint32_t upper_major = 0, upper_minor = 0;
+  uint64_t disk_diskseq = 0;  // as every snapshot key (DiskKey): a reused major:minor is another disk
 
-  bool operator<(const DevicePair& o) const {
-    return std::tie(disk_major, disk_minor, upper_major, upper_minor) <
-           std::tie(o.disk_major, o.disk_minor, o.upper_major, o.upper_minor);
-  }
-  bool operator==(const DevicePair& o) const { return !(*this < o) && !(o < *this); }
+  auto Tied() const { return std::tie(disk_major, disk_minor, upper_major, upper_minor, disk_diskseq); }
+  bool operator<(const DevicePair& o) const { return Tied() < o.Tied(); }
+  bool operator==(const DevicePair& o) const { return Tied() == o.Tied(); }
 };
 
 // A cgroup as the BPF side records it: the id and how it came by it (the same id is a service
