@@ -172,13 +172,20 @@ static __always_inline struct blk_plug *MW_FN(mw_current_plug)(void)
 
 /*
  * Whether current is a kernel thread (PF_KTHREAD, include/linux/sched.h, the same bit on every
- * supported kernel). Read through bpf_probe_read_kernel in both flavors: it runs only when a remap
- * chain starts in the root cgroup.
+ * supported kernel). The task as mw_current_plug() takes it: typed where the kernel has
+ * bpf_get_current_task_btf(), else read through bpf_probe_read_kernel.
  */
 static __always_inline bool MW_FN(mw_current_is_kthread)(void)
 {
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct task_struct *task;
 
+#ifdef MW_TYPED_ARGS
+	if (bpf_core_enum_value_exists(enum bpf_func_id, BPF_FUNC_get_current_task_btf)) {
+		task = bpf_get_current_task_btf();
+		return task && (task->flags & 0x00200000 /* PF_KTHREAD */);
+	}
+#endif
+	task = (struct task_struct *)bpf_get_current_task();
 	return task && (BPF_CORE_READ(task, flags) & 0x00200000 /* PF_KTHREAD */);
 }
 
