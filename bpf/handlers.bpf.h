@@ -534,7 +534,7 @@ static __always_inline int MW_FN(handle_bio_merge)(struct bio *bio, bool back)
 {
 	struct gendisk *disk = MW_FN(mw_bio_disk)(bio);
 	struct mw_origin_stats *origin;
-	struct mw_origin_key pair = {};
+	struct mw_origin_key pair; /* origin_stats_of() fills every field */
 	struct remap_link chain;
 	struct mw_dev_stats *stats;
 	struct mw_dev_key key = {};
@@ -706,6 +706,7 @@ static __always_inline struct mw_origin_stats *MW_FN(origin_stats_of)(const stru
 	pair->origin_major = chain->origin >> MW_MINORBITS;
 	pair->origin_minor = chain->origin & MW_MINORMASK;
 	pair->op = disk_key->op;
+	pair->pad = 0;
 	pair->diskseq = disk_key->diskseq;
 	return origin_stats_at(pair, true);
 }
@@ -719,7 +720,7 @@ static __always_inline int MW_FN(handle_getrq)(const struct mw_run *run, struct 
 {
 	struct gendisk *disk = MW_FN(mw_bio_disk)(bio);
 	struct mw_getrq_evidence ev = {};
-	struct mw_origin_key pair = {};
+	struct mw_origin_key pair; /* origin_stats_of() fills every field */
 	struct remap_link chain;
 	struct mw_origin_stats *origin;
 	struct mw_dev_stats *stats;
