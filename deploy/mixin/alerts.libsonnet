@@ -6,14 +6,15 @@
 // alone are normal for random I/O and must not page (see docs/runbook.md, "When not to act").
 local fold(text) = std.join(' ', std.split(std.rstripChars(text, '\n'), '\n'));  // YAML's `>-`
 // The services behind the collapsed pair (mergewatch_collapse_service_request_ratio, present only while the pair's
-// condition holds): "97% /system.slice/backup.service, 3% other", largest share first, zero shares left out.
+// condition holds and only for a pair with an upper device): "97% /system.slice/backup.service, 3% other", largest
+// share first, zero shares left out.
 // sort_desc orders an instant query's result and `query` keeps that order. A cgroup name is any directory name:
 // control characters (a newline) become spaces so the list stays one line; the rest is printed as it is (text,
-// never template: a "{{" in a name is not expanded). "" is the cgroup of a cgroup v1 host.
+// never template: a "{{" in a name is not expanded). "" is a cgroup v1 host's, shown as the daemon's log shows it.
 local services(before='', after='', none='') =
   '{{ with printf "sort_desc(mergewatch_collapse_service_request_ratio{job=\'%s\',instance=\'%s\',device=\'%s\',upper=\'%s\'} > 0)" $labels.job $labels.instance $labels.device $labels.upper | query }}' +
   before + '{{ range $i, $s := . }}{{ if $i }}, {{ end }}{{ $s | value | humanizePercentage }} ' +
-  '{{ with $s | label "cgroup" }}{{ reReplaceAll "[[:cntrl:]]" " " . }}{{ else }}unknown service (cgroup v1 host){{ end }}' +
+  '{{ with $s | label "cgroup" }}{{ reReplaceAll "[[:cntrl:]]" " " . }}{{ else }}unattributed (cgroup v1){{ end }}' +
   '{{ end }}' + after + '{{ else }}' + none + '{{ end }}';
 
 {
@@ -47,7 +48,7 @@ local services(before='', after='', none='') =
               (0 = merging allowed, 2 = all merging disabled).
             |||),
             // The same list alone, for a receiver's one-line template; says so when the daemon names no service.
-            services: services(none='unknown: no service series for the pair (an older mergewatchd, or the pattern has just stopped)'),
+            services: services(none='unknown: no service series for the pair (nothing stacked above the disk, an older mergewatchd, or the pattern has just stopped)'),
             runbook_url: runbook('MergewatchMergeCollapse'),
           },
         },
