@@ -319,7 +319,7 @@
         row(20, 'Who: services and volumes', 43),
         table(21,
               'Services behind a collapse',
-              "Per collapsed pair (disk, upper device): the cgroups whose requests made up the detector's last window, with their share (the top three and \"other\"). Only while the pair's condition holds; a cgroup v2 path, \"writeback\" (a flusher's write whose dirtying cgroup was not recorded), \"kernel\" (no task), or empty on a cgroup v1 host.",
+              "Per collapsed pair (disk, upper device; none for a disk with nothing stacked above it): the cgroups whose requests made up the detector's last window, with their share (the top three and \"other\"). Only while the pair's condition holds; a cgroup v2 path, \"writeback\" (a flusher's write whose dirtying cgroup was not recorded), \"kernel\" (no task), or empty on a cgroup v1 host.",
               gridPos(0, 44, 8, 8),
               [['sort_desc(mergewatch_collapse_service_request_ratio{%s})' % dev, '']],
               'percentunit'),

@@ -206,9 +206,11 @@ def test_volume_panels_compute_per_volume_figures(workdir):
 
 # Needs I/O through a device stacked on the disk (dm/md); this host has no device-mapper (the VM does), so
 # these can only be shown to parse here: the loop device has no upper device and the fixture daemon no I/O.
-# The per-volume families count requests by the device their first bio was submitted to, so need a remap too
-# (test_volume_panels_compute_per_volume_figures checks their arithmetic, tests/vm their samples).
+# The per-volume families count requests by the device their first bio was submitted to, and the services are
+# taken at a remap chain's first hop: both need a remap too (test_volume_panels_compute_per_volume_figures checks
+# the per-volume arithmetic, rules.test.yml the services' text, tests/vm their samples).
 NEEDS_STACKED_IO = {"mergewatch_collapse_upper_bio_bytes", "mergewatch_io_split_finding",
+                    "mergewatch_collapse_service_request_ratio",
                     "mergewatch_remapped_dispatched_requests_total", "mergewatch_remapped_dispatched_bytes_total",
                     *(f"mergewatch_remapped_request_latency_seconds_{s}" for s in ("sum", "count", "bucket"))}
 # From sysfs stacking alone: answered by the daemon that reads the LVM-on-NVMe sysfs fixture.
