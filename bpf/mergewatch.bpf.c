@@ -458,7 +458,7 @@ struct {
 	__uint(max_entries, MW_MAX_SERVICE_KEYS);
 	__type(key, struct mw_service_key);
 	__type(value, __u64);
-} service_requests SEC(".maps");
+} service_counts SEC(".maps");
 
 /*
  * Set by the daemon before load. cgroup_root_id: the id of the cgroup2 root (1 on 64-bit), whose
@@ -529,16 +529,16 @@ static __always_inline void count_service(const struct mw_origin_key *pair, cons
 		.op = pair->op, .source = chain->cgroup_source, .diskseq = pair->diskseq, .cgroup = chain->cgroup,
 	};
 	static const __u64 one = 1;
-	__u64 *requests = bpf_map_lookup_elem(&service_requests, &key);
+	__u64 *requests = bpf_map_lookup_elem(&service_counts, &key);
 
 	if (requests) {
 		(*requests)++;
 		return;
 	}
-	if (bpf_map_update_elem(&service_requests, &key, &one, BPF_NOEXIST) == 0)
+	if (bpf_map_update_elem(&service_counts, &key, &one, BPF_NOEXIST) == 0)
 		return;
 	/* another CPU made it meanwhile */
-	requests = bpf_map_lookup_elem(&service_requests, &key);
+	requests = bpf_map_lookup_elem(&service_counts, &key);
 	if (requests)
 		(*requests)++;
 }

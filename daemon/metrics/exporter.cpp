@@ -242,15 +242,15 @@ std::vector<MetricFamily> RemapFamilies(const Snapshot& snapshot, ScrapeNames& n
                                         "Of mergewatch_remapped_requests_total, the requests that were missed merges.",
                                         MetricType::Counter);
   MetricFamily dispatched = Family(
-      "mergewatch_remapped_dispatched_requests_total",
+      metric_names::kRemappedDispatchedRequestsTotal,
       "Requests dispatched to the device (block_rq_issue) whose first bio came from origin: the volume's "
       "requests. Over a device's origins they sum to its mergewatch_request_size_bytes_count for stacked I/O.",
       MetricType::Counter);
-  MetricFamily dispatched_bytes = Family("mergewatch_remapped_dispatched_bytes_total",
+  MetricFamily dispatched_bytes = Family(metric_names::kRemappedDispatchedBytesTotal,
                                          "Bytes of mergewatch_remapped_dispatched_requests_total at dispatch: the "
                                          "volume's mean request size is their ratio.",
                                          MetricType::Counter);
-  MetricFamily latency = Family("mergewatch_remapped_request_latency_seconds",
+  MetricFamily latency = Family(metric_names::kRemappedRequestLatencySeconds,
                                 "Device time (dispatch to completion) of the requests whose first bio came from "
                                 "origin: the volume's latency at the device, in mergewatch_request_latency_seconds' "
                                 "buckets.",

@@ -144,9 +144,11 @@ BpfProbes::BpfProbes(LoadReply reply) : loaded_(std::move(reply)) {
   }
   dev_spill_fd_ = MapNamed(loaded_.other_map_fds, "dev_stats_spill");
   origin_spill_fd_ = MapNamed(loaded_.other_map_fds, "origin_spill");
-  service_requests_fd_ = MapNamed(loaded_.other_map_fds, "service_requests");
+  service_counts_fd_ = MapNamed(loaded_.other_map_fds, "service_counts");
   if (dev_spill_fd_ < 0 || origin_spill_fd_ < 0)
     LogWarn("the BPF object's spill maps were not found: a key a program cannot create is not counted");
+  if (service_counts_fd_ < 0)
+    LogWarn("the BPF object's service_counts map was not found: the services behind a collapse are not named");
 }
 
 // Without libbpf's object: a tp_btf program names its attach target itself (set at load), a
@@ -238,7 +240,7 @@ ServiceCounters BpfProbes::ReadServices() {
   std::map<ServiceCounterKey, uint64_t> counters;
   if (ncpus <= 0) return counters;
   std::lock_guard<std::mutex> maps_lock(maps_mutex_);
-  SumPerCpuMap<mw_service_key, uint64_t>(service_requests_fd_, ncpus, ToServiceCounterKey,
+  SumPerCpuMap<mw_service_key, uint64_t>(service_counts_fd_, ncpus, ToServiceCounterKey,
                                          [](uint64_t from, uint64_t* into) { *into += from; }, &counters);
   return counters;
 }

@@ -54,7 +54,7 @@ class BpfProbes final : public SnapshotSource {
   // dev_stats or origin_stats, counted apart. Among loaded_.other_map_fds, found by name; -1 if not.
   int dev_spill_fd_ = -1;
   int origin_spill_fd_ = -1;
-  int service_requests_fd_ = -1;  // service_requests: requests per (pair, op, cgroup)
+  int service_counts_fd_ = -1;  // service_counts: requests per (pair, op, cgroup)
 };
 
 }  // namespace mergewatch
