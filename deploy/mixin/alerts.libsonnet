@@ -5,6 +5,17 @@
 // raise/clear hysteresis and device policy), not by a request-size threshold here: small requests
 // alone are normal for random I/O and must not page (see docs/runbook.md, "When not to act").
 local fold(text) = std.join(' ', std.split(std.rstripChars(text, '\n'), '\n'));  // YAML's `>-`
+// The services behind the collapsed pair (mergewatch_collapse_service_request_ratio, present only while the pair's
+// condition holds and only for a pair with an upper device): "97% /system.slice/backup.service, 3% other", largest
+// share first, zero shares left out.
+// sort_desc orders an instant query's result and `query` keeps that order. A cgroup name is any directory name:
+// control characters (a newline) become spaces so the list stays one line; the rest is printed as it is (text,
+// never template: a "{{" in a name is not expanded). "" is a cgroup v1 host's, shown as the daemon's log shows it.
+local services(before='', after='', none='') =
+  '{{ with printf "sort_desc(mergewatch_collapse_service_request_ratio{job=\'%s\',instance=\'%s\',device=\'%s\',upper=\'%s\'} > 0)" $labels.job $labels.instance $labels.device $labels.upper | query }}' +
+  before + '{{ range $i, $s := . }}{{ if $i }}, {{ end }}{{ $s | value | humanizePercentage }} ' +
+  '{{ with $s | label "cgroup" }}{{ reReplaceAll "[[:cntrl:]]" " " . }}{{ else }}unattributed (cgroup v1){{ end }}' +
+  '{{ end }}' + after + '{{ else }}' + none + '{{ end }}';
 
 {
   prometheusAlerts+:: {
@@ -31,10 +42,13 @@ local fold(text) = std.join(' ', std.split(std.rstripChars(text, '\n'), '\n')); 
               where merging would have built
               {{ with printf "mergewatch_collapse_merged_request_bytes{job='%s',instance='%s',device='%s',upper='%s'}" $labels.job $labels.instance $labels.device $labels.upper | query }}{{ . | first | value | printf "%.0f" }} bytes{{ else }}unknown{{ end }}.
               {{ if $labels.upper }}Device stacked above it: {{ $labels.upper }}{{ with printf "mergewatch_collapse_upper_bio_bytes{job='%s',instance='%s',device='%s',upper='%s'}" $labels.job $labels.instance $labels.device $labels.upper | query }}, receiving {{ . | first | value | printf "%.0f" }}-byte bios{{ end }}.{{ else }}No device is stacked above it.{{ end }}
+            |||) + services(' Requests from: ', '.') + ' ' + fold(|||
               queue/nomerges of {{ $labels.device }} is
               {{ with printf "mergewatch_queue_nomerges{job='%s',instance='%s',device='%s'}" $labels.job $labels.instance $labels.device | query }}{{ . | first | value }}{{ else }}unknown{{ end }}
               (0 = merging allowed, 2 = all merging disabled).
             |||),
+            // The same list alone, for a receiver's one-line template; says so when the daemon names no service.
+            services: services(none='unknown: no service series for the pair (nothing stacked above the disk, an older mergewatchd, or the pattern has just stopped)'),
             runbook_url: runbook('MergewatchMergeCollapse'),
           },
         },

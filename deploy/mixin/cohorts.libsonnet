@@ -100,7 +100,7 @@
       local ds = { type: 'prometheus', uid: '${datasource}' },
       // The pickers of dashboards.libsonnet (cluster, job, host; All by default): a cohort is many hosts.
       local pick = (if c.showMultiCluster then '%s=~"$cluster", ' % c.clusterLabel else '') + 'job=~"$job", instance=~"$instance"',
-      local y = 43,  // below the "Queue settings and stacking" row of dashboards.libsonnet
+      local y = 60,  // below the last row of dashboards.libsonnet ("Who: services and volumes")
       // Fleet-wide: no host or device picker (a cohort is many hosts); the job selector only.
       local rate(metric, extra='') = 'rate(%s{%s%s}[%s])' % [metric, pick, extra, c.rateInterval],
       local classed(series) = '%s * on (job, instance, device) group_left (class) mergewatch_device_class_info{%s}'

@@ -126,6 +126,14 @@ def test_dashboard_has_the_pickers_and_panels():
                   "I/O split tickets"):
         assert title in types, f"no panel {title!r}"
     assert {"Kernel cohorts: p99 read latency", "Kernel cohorts: mean request size"} <= set(types)
+    # The who row: the services behind a collapse and the per-volume panels, all of a disk's volumes apart.
+    assert types["Who: services and volumes"] == "row"
+    assert types["Services behind a collapse"] == "table"
+    for title in VOLUME_PANELS:
+        assert types[title] == "timeseries", title
+        for _, _, expr, legend, _ in [t for t in panel_targets(board) if t[0] == title]:
+            assert "origin" in re.findall(r"by \(([^)]*)\)", expr)[0].split(", "), f"{title}: {expr}"
+            assert "mergewatch_remapped_" in expr and "{{origin}}" in legend, f"{title}: {expr} {legend!r}"
     # Every query of a panel filters on the host picker; per-device ones on the device picker too. The kernel
     # cohort panels compare the fleet: they take the job and host pickers (All by default, as the linter's
     # convention wants every query to), never the device picker, which would cut cohorts apart.
@@ -135,11 +143,76 @@ def test_dashboard_has_the_pickers_and_panels():
             assert '$device' not in expr, f"{title} {ref}: {expr}"
 
 
+# The per-volume panels and what each shows for the two volumes of test_volume_panels_compute_per_volume_figures
+# (scaled and rounded: promtool compares floats exactly, the interpolation is not exact in binary floating point).
+VOLUME_PANELS = {
+    "Requests per second per volume": ("round({})", {"dm-2": 100, "dm-4": 3000}),
+    "Mean request size per volume": ("round({})", {"dm-2": 131072, "dm-4": 4096}),
+    "Mean device latency per volume": ("round(1e9 * {})", {"dm-2": 500000, "dm-4": 100000}),
+    # p99 interpolated in the bucket that holds it: 2^18 ns + 0.99 * 2^18 ns, 2^16 ns + 0.99 * 2^16 ns.
+    "Device latency p99 per volume": ("round(1e9 * {})", {"dm-2": 521667, "dm-4": 130417}),
+}
+
+
+def volume_series():
+    """promtool input series: one disk, two volumes reading it, one minute apart: the origin LV dm-2 at 100
+    requests/s of 128 KiB taking 0.5 ms each (all in the 2^19 ns bucket), its snapshot dm-4 at 3000 requests/s of
+    4 KiB taking 0.1 ms (all in the 2^17 ns bucket). Another disk's volume must not show under the picked disk."""
+    out = []
+
+    def add(metric, labels, per_minute):
+        out.append({"series": f'{metric}{{job="mergewatch",instance="db-17:9863",{labels}}}',
+                    "values": f"0+{per_minute}x30"})
+
+    for disk, origin, rps, size, lat, le in (("nvme0n1", "dm-2", 100, 131072, 0.0005, "0.000524288"),
+                                             ("nvme0n1", "dm-4", 3000, 4096, 0.0001, "0.000131072"),
+                                             ("nvme1n1", "dm-9", 7, 512, 0.002, "0.004194304")):
+        labels = f'device="{disk}",origin="{origin}",op="read"'
+        n = rps * 60
+        add("mergewatch_remapped_dispatched_requests_total", labels, n)
+        add("mergewatch_remapped_dispatched_bytes_total", labels, n * size)
+        add("mergewatch_remapped_request_latency_seconds_sum", labels, round(n * lat, 6))
+        add("mergewatch_remapped_request_latency_seconds_count", labels, n)
+        lat_bounds = [2.0 ** k / 1e9 for k in range(10, 37)]
+        for bound in lat_bounds:
+            add("mergewatch_remapped_request_latency_seconds_bucket", f'{labels},le="{bound!r}"',
+                n if bound >= float(le) else 0)
+        add("mergewatch_remapped_request_latency_seconds_bucket", f'{labels},le="+Inf"', n)
+    return out
+
+
+def test_volume_panels_compute_per_volume_figures(workdir):
+    """Each per-volume panel's query, as Grafana sends it for the disk nvme0n1, evaluated by promtool over known
+    counters: requests/s, mean size, mean and p99 device time of each volume, and nothing of the other disk.
+    (No device-mapper on this host: the live test below can only parse these.)"""
+    tests = []
+    for title, (wrap, want) in VOLUME_PANELS.items():
+        [(_, _, expr, _, _)] = [t for t in panel_targets() if t[0] == title]
+        q = substitute(expr, ".+", "nvme0n1", rate_interval="5m")
+        labels = {"instance": "db-17:9863", "device": "nvme0n1", "op": "read"}
+        tests.append({"expr": wrap.format(q), "eval_time": "20m",
+                      "exp_samples": [{"labels": "{" + ",".join(f'{k}="{v}"' for k, v in
+                                                                 sorted({**labels, "origin": o}.items())) + "}",
+                                       "value": v} for o, v in want.items()]})
+    path = os.path.join(workdir, "volumes.test.yml")
+    with open(path, "w") as f:
+        yaml.safe_dump({"rule_files": [], "evaluation_interval": "1m",
+                        "tests": [{"interval": "1m", "input_series": volume_series(), "promql_expr_test": tests}]}, f)
+    r = run([tool("promtool"), "test", "rules", path])
+    assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
+
+
 # --- the dashboard against real data ------------------------------------------------------------------------
 
 # Needs I/O through a device stacked on the disk (dm/md); this host has no device-mapper (the VM does), so
 # these can only be shown to parse here: the loop device has no upper device and the fixture daemon no I/O.
-NEEDS_STACKED_IO = {"mergewatch_collapse_upper_bio_bytes", "mergewatch_io_split_finding"}
+# The per-volume families count requests by the device their first bio was submitted to, and the services are
+# taken at a remap chain's first hop: both need a remap too (test_volume_panels_compute_per_volume_figures checks
+# the per-volume arithmetic, rules.test.yml the services' text, tests/vm their samples).
+NEEDS_STACKED_IO = {"mergewatch_collapse_upper_bio_bytes", "mergewatch_io_split_finding",
+                    "mergewatch_collapse_service_request_ratio",
+                    "mergewatch_remapped_dispatched_requests_total", "mergewatch_remapped_dispatched_bytes_total",
+                    *(f"mergewatch_remapped_request_latency_seconds_{s}" for s in ("sum", "count", "bucket"))}
 # From sysfs stacking alone: answered by the daemon that reads the LVM-on-NVMe sysfs fixture.
 NEEDS_STACKING = {"mergewatch_device_holder_info", "mergewatch_device_info"}
 

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""A local HTTP endpoint for Alertmanager's webhook_configs: records every POST (path, JSON payload).
+"""A local HTTP endpoint for Alertmanager's webhook_configs: records every POST (path, JSON payload). A GET of
+/metrics answers `exposition`, a Prometheus text exposition a test sets (empty by default).
 
 Runs in a thread of the test process on 127.0.0.1 (port chosen by the kernel), so there is no process to
 clean up; stop() shuts the server down and closes the socket.
@@ -14,6 +15,7 @@ class WebhookReceiver:
     def __init__(self):
         self.received = []  # (monotonic time, path, payload dict), in arrival order
         self.errors = []
+        self.exposition = ""
         self._cond = threading.Condition()
         receiver = self
 
@@ -32,6 +34,14 @@ class WebhookReceiver:
                     receiver._cond.notify_all()
                 self.send_response(200)
                 self.end_headers()
+
+            def do_GET(self):
+                body = receiver.exposition.encode() if self.path == "/metrics" else b""
+                self.send_response(200 if self.path == "/metrics" else 404)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
 
             def log_message(self, *args):  # keep pytest's output for the test's own diagnostics
                 pass

@@ -84,6 +84,10 @@ VM_ONLY = {
     "mergewatch_collapse_upper_bio_bytes": "the detector's upper device (dm, or md with require-upper=any)",
     "mergewatch_collapse_upper_request_ratio": "the same, share of requests from it",
     "mergewatch_io_split_finding": "a snapshot's bios cut into chunks no setting merges (tests/vm/test_vm_split.py)",
+    "mergewatch_remapped_dispatched_requests_total": "a volume's requests at the disk (block_bio_remap chain)",
+    "mergewatch_remapped_dispatched_bytes_total": "the same, their bytes",
+    "mergewatch_remapped_request_latency_seconds": "the same, their device time",
+    "mergewatch_collapse_service_request_ratio": "the services behind a collapsed pair with an upper device",
 }
 
 
