@@ -271,7 +271,7 @@ done
 
 ip link set lo up	# the scenario did; a standalone run (--script) has to
 # No udev and no /sbin/modprobe in the initramfs the kernel's request_module() would run: every module by hand.
-modprobe -a nvme dm-mod dm-snapshot dm-crypt xts algif_skcipher ext4
+modprobe -a nvme dm-mod dm-snapshot dm-crypt aes_generic ecb xts algif_skcipher ext4	# aes_generic, ecb: modules on 5.10
 D1=$(disk_by_serial mwnvme1) && D2=$(disk_by_serial mwnvme2) ||
 	die "no NVMe disks with serials mwnvme1/mwnvme2 (run-vm.sh --nvme-disks 2)"
 for d in "$D1" "$D2"; do wipefs -q -a "/dev/$d"; done
