@@ -170,6 +170,18 @@ static __always_inline struct blk_plug *MW_FN(mw_current_plug)(void)
 	return task ? BPF_CORE_READ(task, plug) : NULL;
 }
 
+/*
+ * Whether current is a kernel thread (PF_KTHREAD, include/linux/sched.h, the same bit on every
+ * supported kernel). Read through bpf_probe_read_kernel in both flavors: it runs only when a remap
+ * chain starts in the root cgroup.
+ */
+static __always_inline bool MW_FN(mw_current_is_kthread)(void)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+
+	return task && (BPF_CORE_READ(task, flags) & 0x00200000 /* PF_KTHREAD */);
+}
+
 /* plug->rq_count of the plug above: a typed pointer only where the task was one. */
 static __always_inline __u32 MW_FN(mw_plug_rq_count)(struct blk_plug *plug)
 {

@@ -322,6 +322,39 @@ static __always_inline int MW_FN(handle_rq_insert)(const struct mw_run *run, str
 }
 
 /*
+ * The volume a request dispatched to the disk `key` came from, as block_getrq left it (the
+ * for_dispatch entry at the request's first sector): its per-volume requests and bytes counted
+ * in the pair's slot, the upper device's dev_t returned for the completion (0: none).
+ */
+static __always_inline __u32 MW_FN(dispatch_volume)(const struct mw_dev_key *key, struct request *rq, __u32 bytes,
+						   __u64 now)
+{
+	struct remap_key at = { .devt = MW_MKDEV(key->major, key->minor), .sector = MW_READ(rq, __sector) };
+	struct mw_origin_key pair;
+	struct mw_origin_stats *volume;
+	struct remap_link *link;
+	__u32 origin;
+
+	link = bpf_map_lookup_elem(&remap_origin, &at);
+	if (!link || !link->for_dispatch)
+		return 0;
+	origin = link->origin;
+	bpf_map_delete_elem(&remap_origin, &at);
+	/* One left by a request this dispatch is not (a front merge moved it on, then it stayed). */
+	if (now - link->at_ns > MW_DISPATCH_MAX_AGE_NS)
+		return 0;
+	pair = (struct mw_origin_key){ .major = key->major, .minor = key->minor,
+				       .origin_major = origin >> MW_MINORBITS, .origin_minor = origin & MW_MINORMASK,
+				       .op = key->op, .diskseq = key->diskseq };
+	volume = origin_stats_at(&pair, true);
+	if (!volume)
+		return 0;
+	volume->dispatched++;
+	volume->dispatched_bytes += bytes;
+	return origin;
+}
+
+/*
  * Dispatch: the request is counted here, except right after a requeue (BLK_STS_RESOURCE
  * after blk_mq_start_request, an NVMe reset or path failover), which block_rq_requeue
  * marks in the request's in-flight slot: diskstats counts the request once. Counting at
@@ -339,7 +372,7 @@ static __always_inline int MW_FN(handle_rq_issue)(const struct mw_run *run, stru
 	struct gendisk *disk;
 	struct mw_dev_stats *stats;
 	struct mw_inflight *slot;
-	__u32 op, bytes;
+	__u32 op, bytes, requeued, origin = 0;
 	__u64 now;
 
 	op = MW_READ(rq, cmd_flags) & MW_REQ_OP_MASK;
@@ -359,8 +392,12 @@ static __always_inline int MW_FN(handle_rq_issue)(const struct mw_run *run, stru
 	slot = inflight_slot(run, rq, now, true);
 	if (!slot)
 		count_event(MW_CNT_INFLIGHT_FULL); /* counted, untimed */
-	if (stats && !(slot && slot->requeued))
+	requeued = slot && slot->requeued;
+	if (stats && !requeued) {
 		hist_add(stats->size_slots, &stats->size_sum_bytes, bytes, MW_SIZE_MIN_SHIFT, MW_SIZE_SLOTS);
+		if (remaps_seen)
+			origin = MW_FN(dispatch_volume)(&key, rq, bytes, now);
+	}
 	if (!slot) {
 		if (stats)
 			stats->latency_lost_inflight_full++;
@@ -384,7 +421,7 @@ static __always_inline int MW_FN(handle_rq_issue)(const struct mw_run *run, stru
 	 * (blk-mq reuses its preallocated requests) is dispatched again, for the device and op
 	 * of the lost dispatch.
 	 */
-	if (slot->issue_ns && !slot->requeued)
+	if (slot->issue_ns && !requeued)
 		count_not_seen(slot);
 	slot->requeued = 0;
 	if (slot->insert_ns && !slot->issue_ns) {
@@ -397,8 +434,9 @@ static __always_inline int MW_FN(handle_rq_issue)(const struct mw_run *run, stru
 			hist_add(stats->queue_latency_slots, &stats->queue_latency_sum_ns,
 				 now > slot->insert_ns ? now - slot->insert_ns : 0, MW_LAT_MIN_SHIFT, MW_LAT_SLOTS);
 	}
-	slot->major = key.major;
-	slot->minor = key.minor;
+	if (!requeued) /* a requeued request keeps the volume its first dispatch found */
+		slot->origin = origin;
+	slot->devt = MW_MKDEV(key.major, key.minor);
 	slot->op = disk ? key.op : MW_SLOT_NO_DISK;
 	slot->diskseq = key.diskseq;
 	slot->issue_ns = now;
@@ -424,8 +462,8 @@ static __always_inline int MW_FN(handle_rq_complete)(const struct mw_run *run, s
 	struct mw_dev_key key = {};
 	struct mw_dev_stats *stats;
 	struct mw_inflight *slot;
-	__u64 now, issue_ns = 0;
-	__u32 op;
+	__u64 now, latency, issue_ns = 0;
+	__u32 op, origin = 0;
 
 	/*
 	 * No inflight_prefetch() here: the first thing the completion needs is the slot (its key), and
@@ -438,10 +476,11 @@ static __always_inline int MW_FN(handle_rq_complete)(const struct mw_run *run, s
 		if (nr_bytes < MW_READ(rq, __data_len))
 			return 0;
 		issue_ns = slot->issue_ns;
-		key.major = slot->major;
-		key.minor = slot->minor;
+		key.major = slot->devt >> MW_MINORBITS;
+		key.minor = slot->devt & MW_MINORMASK;
 		key.op = slot->op;
 		key.diskseq = slot->diskseq;
+		origin = slot->origin;
 		slot->rq = 0;
 	}
 	if (!issue_ns) {
@@ -470,19 +509,33 @@ static __always_inline int MW_FN(handle_rq_complete)(const struct mw_run *run, s
 	 * Dispatch and completion may read the clock on two CPUs: a completion stamped
 	 * before its dispatch is a skew between them, not a lost request; it is timed at 0.
 	 */
+	latency = now > issue_ns ? now - issue_ns : 0;
 	if (stats)
-		hist_add(stats->latency_slots, &stats->latency_sum_ns, now > issue_ns ? now - issue_ns : 0,
-			 MW_LAT_MIN_SHIFT, MW_LAT_SLOTS);
+		hist_add(stats->latency_slots, &stats->latency_sum_ns, latency, MW_LAT_MIN_SHIFT, MW_LAT_SLOTS);
+	if (origin) {
+		struct mw_origin_key pair = { .major = key.major, .minor = key.minor,
+					      .origin_major = origin >> MW_MINORBITS,
+					      .origin_minor = origin & MW_MINORMASK, .op = key.op, .diskseq = key.diskseq };
+		struct mw_origin_stats *volume = origin_stats_at(&pair, false);
+
+		if (volume)
+			hist_add(volume->latency_slots, &volume->latency_sum_ns, latency, MW_LAT_MIN_SHIFT,
+				 MW_LAT_SLOTS);
+	}
 	return 0;
 }
 
 static __always_inline struct mw_origin_stats *MW_FN(origin_stats_of)(const struct mw_dev_key *disk_key,
-									  __u64 sector);
+									  __u64 sector, bool for_dispatch,
+									  struct mw_origin_key *pair,
+									  struct remap_link *chain);
 
 static __always_inline int MW_FN(handle_bio_merge)(struct bio *bio, bool back)
 {
 	struct gendisk *disk = MW_FN(mw_bio_disk)(bio);
 	struct mw_origin_stats *origin;
+	struct mw_origin_key pair = {};
+	struct remap_link chain;
 	struct mw_dev_stats *stats;
 	struct mw_dev_key key = {};
 	__u32 opf = MW_READ(bio, bi_opf);
@@ -496,7 +549,7 @@ static __always_inline int MW_FN(handle_bio_merge)(struct bio *bio, bool back)
 		stats->front_merges++;
 	/* A remapped bio that merged: merging works for its upper device (per-pair merge share). */
 	if (remaps_seen) {
-		origin = MW_FN(origin_stats_of)(&key, MW_READ(bio, bi_iter.bi_sector));
+		origin = MW_FN(origin_stats_of)(&key, MW_READ(bio, bi_iter.bi_sector), !back, &pair, &chain);
 		if (origin)
 			origin->merges++;
 	}
@@ -522,6 +575,41 @@ static __always_inline int MW_FN(handle_bio_queue)(struct bio *bio)
 	hist_add(stats->bio_size_slots, &stats->bio_size_sum_bytes, bytes, MW_SIZE_MIN_SHIFT,
 		 MW_SIZE_SLOTS);
 	return 0;
+}
+
+/*
+ * Who submitted the top bio of a chain that starts here (docs/design/attribution.md): the
+ * submitting task's cgroup, which at the chain's first hop is the caller of submit_bio() for
+ * reads and direct I/O, dm-crypt reads included. In the root cgroup (kernel threads: the
+ * flusher, kcryptd, md's threads) the bio's blkcg association where the io controller is on
+ * the default hierarchy (cgroup writeback, dm-crypt write clones), else a kernel thread's write
+ * is "writeback" and its read "kernel" (id 0). A process in the root cgroup is the root, "/".
+ */
+static __always_inline void MW_FN(chain_cgroup)(struct bio *bio, struct remap_link *link)
+{
+	struct bio___with_blkg *grouped = (void *)bio;
+	struct blkcg_gq *blkg;
+	__u64 id = bpf_get_current_cgroup_id();
+
+	link->cgroup = id;
+	link->cgroup_source = MW_CG_TASK;
+	if (id != cgroup_root_id)
+		return;
+	if (blkcg_on_cgroup2 && bpf_core_field_exists(grouped->bi_blkg)) {
+		blkg = MW_READ(grouped, bi_blkg);
+		id = blkg ? MW_READ(blkg, blkcg, css.cgroup, kn, id) : 0;
+		if (id && id != cgroup_root_id) {
+			link->cgroup = id;
+			link->cgroup_source = MW_CG_BLKCG;
+			return;
+		}
+	}
+	if (!MW_FN(mw_current_is_kthread)())
+		return;
+	if (MW_READ(bio, bi_opf) & 1) /* op_is_write() */
+		link->cgroup_source = MW_CG_WRITEBACK;
+	else
+		link->cgroup = 0;
 }
 
 /*
@@ -558,15 +646,20 @@ static __always_inline int MW_FN(handle_bio_remap)(struct bio *bio, __u32 from_d
 	if (!chained && (from_devt == to.devt || partition_hop))
 		return 0;
 	now = bpf_ktime_get_ns();
+	if (chained && chained->for_dispatch)
+		chained = NULL; /* a request's, not a hop's */
 	chained = fresh_remap_link(&from, chained, now);
 	if (chained) {
 		link.origin = chained->origin;
+		link.cgroup = chained->cgroup;
+		link.cgroup_source = chained->cgroup_source;
 		/* A stacking hop's entry stays for the bio's other clones (fresh_remap_link); a partition's
 		 * hop has none, and its partition-relative sector would name another place on the disk. */
 		if (partition_hop)
 			bpf_map_delete_elem(&remap_origin, &from);
 	} else if (from_devt != to.devt && !partition_hop) {
 		link.origin = from_devt;
+		MW_FN(chain_cgroup)(bio, &link);
 	} else {
 		return 0;
 	}
@@ -581,47 +674,40 @@ static __always_inline int MW_FN(handle_bio_remap)(struct bio *bio, __u32 from_d
  * chain's last hop (a request, or a merge into one, ends the chain); NULL if the bio was not remapped.
  * `disk_key` is the disk's key as the event built it (its major:minor is the dev_t the last hop was
  * keyed by, mw_bio_disk_devt()), `sector` the bio's: nothing of the disk or the bio is read again.
+ * `for_dispatch`: the bio starts a request here (block_getrq, or a front merge that moves the
+ * request's start to it): the hop's entry is left, marked, for the request's dispatch, which
+ * counts the volume's view (handle_rq_issue). `pair` and `chain` receive the pair's key and the hop.
  */
 static __always_inline struct mw_origin_stats *MW_FN(origin_stats_of)(const struct mw_dev_key *disk_key,
-									  __u64 sector)
+									  __u64 sector, bool for_dispatch,
+									  struct mw_origin_key *pair,
+									  struct remap_link *chain)
 {
 	struct remap_key at = { .devt = MW_MKDEV(disk_key->major, disk_key->minor), .sector = sector };
-	struct mw_origin_key key = {};
-	struct mw_origin_stats *stats;
-	static const struct mw_origin_stats zero;
 	struct remap_link *link;
-	__u32 origin;
+	__u64 now;
 
 	link = bpf_map_lookup_elem(&remap_origin, &at);
+	if (!link || link->for_dispatch)
+		return NULL;
+	now = bpf_ktime_get_ns();
+	link = fresh_remap_link(&at, link, now);
 	if (!link)
 		return NULL;
-	link = fresh_remap_link(&at, link, bpf_ktime_get_ns());
-	if (!link)
-		return NULL;
-	origin = link->origin;
-	key.origin_major = origin >> MW_MINORBITS;
-	key.origin_minor = origin & MW_MINORMASK;
-	bpf_map_delete_elem(&remap_origin, &at);
-	key.major = disk_key->major;
-	key.minor = disk_key->minor;
-	key.op = disk_key->op;
-	key.diskseq = disk_key->diskseq;
-	stats = bpf_map_lookup_elem(&origin_stats, &key);
-	if (stats)
-		return stats;
-	bpf_map_update_elem(&origin_stats, &key, &zero, BPF_NOEXIST);
-	stats = bpf_map_lookup_elem(&origin_stats, &key);
-	if (stats)
-		return stats;
-	/* origin_stats refused to make it (see stats_of_key): the spill map counts it */
-	stats = bpf_map_lookup_elem(&origin_spill, &key);
-	if (stats)
-		return stats;
-	bpf_map_update_elem(&origin_spill, &key, &zero, BPF_NOEXIST);
-	stats = bpf_map_lookup_elem(&origin_spill, &key);
-	if (!stats)
-		count_event(MW_CNT_ORIGIN_FULL);
-	return stats;
+	*chain = *link;
+	if (for_dispatch) {
+		link->for_dispatch = 1;
+		link->at_ns = now;
+	} else {
+		bpf_map_delete_elem(&remap_origin, &at);
+	}
+	pair->major = disk_key->major;
+	pair->minor = disk_key->minor;
+	pair->origin_major = chain->origin >> MW_MINORBITS;
+	pair->origin_minor = chain->origin & MW_MINORMASK;
+	pair->op = disk_key->op;
+	pair->diskseq = disk_key->diskseq;
+	return origin_stats_at(pair, true);
 }
 
 /*
@@ -633,6 +719,8 @@ static __always_inline int MW_FN(handle_getrq)(const struct mw_run *run, struct 
 {
 	struct gendisk *disk = MW_FN(mw_bio_disk)(bio);
 	struct mw_getrq_evidence ev = {};
+	struct mw_origin_key pair = {};
+	struct remap_link chain;
 	struct mw_origin_stats *origin;
 	struct mw_dev_stats *stats;
 	struct mw_dev_key key;
@@ -655,8 +743,9 @@ static __always_inline int MW_FN(handle_getrq)(const struct mw_run *run, struct 
 	}
 	/* The new request's first bio came down a remap chain: count it for the chain's origin. */
 	if (remaps_seen) {
-		origin = MW_FN(origin_stats_of)(&key, ev.sector);
+		origin = MW_FN(origin_stats_of)(&key, ev.sector, true, &pair, &chain);
 		if (origin) {
+			count_service(&pair, &chain);
 			origin->requests++;
 			origin->request_bytes += ev.bytes;
 			origin->missed_merges += ev.missed;

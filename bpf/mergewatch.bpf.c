@@ -25,6 +25,7 @@
 #define MW_ARROW2(s, a) ((s)->a)
 #define MW_ARROW3(s, a, b) ((s)->a->b)
 #define MW_ARROW4(s, a, b, c) ((s)->a->b->c)
+#define MW_ARROW5(s, a, b, c, d) ((s)->a->b->c->d)
 #define MW_DIRECT_READ(...) MW_CONCAT(MW_ARROW, MW_NARG(__VA_ARGS__))(__VA_ARGS__)
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -189,8 +190,8 @@ static __always_inline void count_event(__u32 idx);
  */
 static __always_inline void count_not_seen(const struct mw_inflight *slot)
 {
-	struct mw_dev_key key = { .major = slot->major, .minor = slot->minor, .op = slot->op,
-				  .diskseq = slot->diskseq };
+	struct mw_dev_key key = { .major = slot->devt >> MW_MINORBITS, .minor = slot->devt & MW_MINORMASK,
+				  .op = slot->op, .diskseq = slot->diskseq };
 	struct mw_dev_stats *stats = existing_stats(&key);
 
 	count_event(MW_CNT_COMPLETE_NOT_SEEN);
@@ -384,6 +385,11 @@ static __always_inline __u32 mw_norm_flags(__u64 opf)
  * member disk's own superblock I/O after the LV that left it is gone. LRU drops the rest.
  */
 #define MW_REMAP_MAX_AGE_NS (2ULL * 1000 * 1000 * 1000)
+/*
+ * A request's entry (remap_link.for_dispatch) waits for its dispatch longer: a request may sit in
+ * an I/O scheduler for seconds (mq-deadline's write_expire is 5 s). Older, it is a leftover.
+ */
+#define MW_DISPATCH_MAX_AGE_NS (30ULL * 1000 * 1000 * 1000)
 
 struct remap_key {
 	__u32 devt;
@@ -393,8 +399,16 @@ struct remap_key {
 
 struct remap_link {
 	__u32 origin; /* dev_t the chain started at */
-	__u32 pad;
+	__u8 cgroup_source; /* MW_CG_* of `cgroup` */
+	/*
+	 * 1: no hop but the request block_getrq made for the bio (or a front merge moved to it),
+	 * left for its dispatch, which takes it (the pair's per-volume counts and latency). Not a
+	 * chain: block_getrq and the merges pass over it.
+	 */
+	__u8 for_dispatch;
+	__u16 pad;
 	__u64 at_ns;  /* bpf_ktime_get_ns() of the hop that left it */
+	__u64 cgroup; /* who submitted the chain's top bio (chain_cgroup()) */
 };
 
 struct {
@@ -434,6 +448,27 @@ struct {
 	__type(value, struct mw_origin_stats);
 } origin_spill SEC(".maps");
 
+/*
+ * Requests per (disk, upper device, op, cgroup): the services behind a pair. LRU: on a host with
+ * more live (pair, cgroup) keys than this, the least recently counted start from 0 again, which the
+ * daemon's window reads as a reset (ServiceWindow), never as a loss of the pair's own counts.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
+	__uint(max_entries, MW_MAX_SERVICE_KEYS);
+	__type(key, struct mw_service_key);
+	__type(value, __u64);
+} service_counts SEC(".maps");
+
+/*
+ * Set by the daemon before load. cgroup_root_id: the id of the cgroup2 root (1 on 64-bit), whose
+ * tasks are kernel threads on a systemd host. blkcg_on_cgroup2: the io controller's hierarchy is
+ * the default one, so a bio's blkcg id names a cgroup2 directory (on a v1 blkio hierarchy it is an
+ * id of another idr: never read then).
+ */
+const volatile __u64 cgroup_root_id = 1;
+const volatile __u32 blkcg_on_cgroup2 = 0;
+
 /* Set once a stacking driver remapped a bio: until then no request pays for the lookup. */
 __u32 remaps_seen = 0;
 
@@ -459,6 +494,53 @@ static __always_inline void hist_add(__u64 *slots, __u64 *sum, __u64 value, __u3
 	if (slot < nslots)
 		slots[slot]++;
 	*sum += value;
+}
+
+/* The (disk, upper device) pair's slot: origin_stats, else its spill map; created if `create`. */
+static __always_inline struct mw_origin_stats *origin_stats_at(const struct mw_origin_key *key, bool create)
+{
+	static const struct mw_origin_stats zero;
+	struct mw_origin_stats *stats;
+
+	stats = bpf_map_lookup_elem(&origin_stats, key);
+	if (stats || !create)
+		return stats ? stats : bpf_map_lookup_elem(&origin_spill, key);
+	bpf_map_update_elem(&origin_stats, key, &zero, BPF_NOEXIST);
+	stats = bpf_map_lookup_elem(&origin_stats, key);
+	if (stats)
+		return stats;
+	/* origin_stats refused to make it (see stats_of_key): the spill map counts it */
+	stats = bpf_map_lookup_elem(&origin_spill, key);
+	if (stats)
+		return stats;
+	bpf_map_update_elem(&origin_spill, key, &zero, BPF_NOEXIST);
+	stats = bpf_map_lookup_elem(&origin_spill, key);
+	if (!stats)
+		count_event(MW_CNT_ORIGIN_FULL);
+	return stats;
+}
+
+/* One more request of `pair` from the cgroup that submitted its chain. */
+static __always_inline void count_service(const struct mw_origin_key *pair, const struct remap_link *chain)
+{
+	struct mw_service_key key = {
+		.major = pair->major, .minor = pair->minor,
+		.origin_major = pair->origin_major, .origin_minor = pair->origin_minor,
+		.op = pair->op, .source = chain->cgroup_source, .diskseq = pair->diskseq, .cgroup = chain->cgroup,
+	};
+	static const __u64 one = 1;
+	__u64 *requests = bpf_map_lookup_elem(&service_counts, &key);
+
+	if (requests) {
+		(*requests)++;
+		return;
+	}
+	if (bpf_map_update_elem(&service_counts, &key, &one, BPF_NOEXIST) == 0)
+		return;
+	/* another CPU made it meanwhile */
+	requests = bpf_map_lookup_elem(&service_counts, &key);
+	if (requests)
+		(*requests)++;
 }
 
 /* tp_btf: typed arguments, direct loads */

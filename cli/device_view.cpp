@@ -53,6 +53,19 @@ double Rate(double before, double after, double seconds) {
 
 double Delta(double before, double after) { return after >= before ? after - before : after; }
 
+// A volume's view, by its origin label; false for any other family.
+bool ReadVolumeSample(const Sample& s, Counters* volume) {
+  if (Is(s.name, names::kRemappedDispatchedRequestsTotal)) {
+    volume->volume_requests += s.value;
+    return true;
+  }
+  if (Is(s.name, names::kRemappedDispatchedBytesTotal)) {
+    volume->volume_bytes += s.value;
+    return true;
+  }
+  return AddHistogramSample(s, names::kRemappedRequestLatencySeconds, &volume->volume_latency);
+}
+
 }  // namespace
 
 ScrapeFacts ReadScrape(const std::vector<Sample>& samples) {
@@ -97,6 +110,8 @@ ScrapeFacts ReadScrape(const std::vector<Sample>& samples) {
       d.has_series = true;
     } else if (Is(s.name, names::kMissedMergesTotal)) {
       device(name).counters.missed_merges += s.value;
+    } else if (!s.Label("origin").empty() && ReadVolumeSample(s, &device(s.Label("origin")).counters)) {
+      continue;
     } else {
       DeviceFacts& d = device(name);
       if (AddHistogramSample(s, names::kRequestSizeBytes, &d.counters.request_size) ||
@@ -239,6 +254,15 @@ DeviceRow MakeRow(const std::string& name, const std::string& prefix, const Scra
       sizes.count > 0 ? std::min(1.0, Delta(b.counters.missed_merges, a.counters.missed_merges) / sizes.count) : 0;
   r.latency_p50_seconds = Quantile(latency, 0.5);
   r.latency_p99_seconds = Quantile(latency, 0.99);
+  if (!r.request_based && a.counters.volume_requests > 0) {
+    const double requests = Delta(b.counters.volume_requests, a.counters.volume_requests);
+    const Histogram volume_latency = Delta(b.counters.volume_latency, a.counters.volume_latency);
+    r.volume = true;
+    r.requests_per_second = seconds > 0 ? requests / seconds : 0;
+    r.mean_request_bytes = requests > 0 ? Delta(b.counters.volume_bytes, a.counters.volume_bytes) / requests : NAN;
+    r.latency_p50_seconds = Quantile(volume_latency, 0.5);
+    r.latency_p99_seconds = Quantile(volume_latency, 0.99);
+  }
   r.request_sizes = Shares(sizes);
   r.bio_sizes = Shares(bios);
   r.collapsed = marks.active.count(name) > 0;

@@ -28,6 +28,11 @@ struct Counters {
   double back_merges = 0;
   double front_merges = 0;
   double missed_merges = 0;
+  // A volume's (an upper device's) requests at the disks below it, summed over them
+  // (mergewatch_remapped_dispatched_* and _request_latency_seconds by origin).
+  double volume_requests = 0;
+  double volume_bytes = 0;
+  Histogram volume_latency;
 };
 
 struct QueueSettings {
@@ -75,6 +80,9 @@ struct DeviceRow {
   QueueSettings queue;
   bool request_based = false;  // has request series
   bool bio_based = false;      // has bio series
+  // A volume: its requests at the disks below it fill the request columns (requests_per_second,
+  // mean_request_bytes, the latencies); no merge columns.
+  bool volume = false;
   double requests_per_second = 0;
   double mean_request_bytes = 0;  // NaN when no request in the interval
   double bios_per_second = 0;

@@ -169,13 +169,13 @@ std::string RenderStatus(const View& view, const std::string& url) {
            PadLeft("P50", 6) + " " + PadLeft("P99", 6) + "\n";
     for (const DeviceRow& r : view.tree) {
       out += Mark(r) + " " + PadRight(Fit(r.tree_prefix + NameOf(r), name_width), name_width) + " " +
-             PadLeft(r.request_based ? FormatRate(r.requests_per_second) : "-", 7) + " " +
-             PadLeft(r.request_based ? FormatBytes(r.mean_request_bytes) : "-", 8) + " " +
+             PadLeft(r.request_based || r.volume ? FormatRate(r.requests_per_second) : "-", 7) + " " +
+             PadLeft(r.request_based || r.volume ? FormatBytes(r.mean_request_bytes) : "-", 8) + " " +
              PadLeft(r.bio_based ? FormatBytes(r.mean_bio_bytes) : "-", 8) + " " +
              PadLeft(r.request_based ? FormatRate(r.merges_per_second) : "-", 8) + " " +
              PadLeft(r.request_based ? FormatRate(r.missed_merges_per_second) : "-", 8) + " " +
-             PadLeft(r.request_based ? FormatSeconds(r.latency_p50_seconds) : "-", 6) + " " +
-             PadLeft(r.request_based ? FormatSeconds(r.latency_p99_seconds) : "-", 6) + "\n";
+             PadLeft(r.request_based || r.volume ? FormatSeconds(r.latency_p50_seconds) : "-", 6) + " " +
+             PadLeft(r.request_based || r.volume ? FormatSeconds(r.latency_p99_seconds) : "-", 6) + "\n";
     }
     out += "  ! merge collapse active   ~ pattern seen, not raised yet   ? queue finding\n";
 
@@ -211,6 +211,7 @@ std::string RenderStatus(const View& view, const std::string& url) {
     if (!v.evidence.empty()) out += "  evidence: " + v.evidence + "\n";
     if (!v.cause.empty()) out += "  cause:    " + v.cause + "\n";
     if (!v.remedy.empty()) out += "  remedy:   " + v.remedy + "\n";
+    if (!v.services.empty()) out += "  from:     " + v.services + "\n";
     if (v.cause.empty() && v.remedy.empty())
       out += "  (this mergewatchd serves no /status: the cause and remedy are in its log)\n";
   }
@@ -292,13 +293,13 @@ struct TopColumn {
   bool left = false;  // words, not figures
 };
 const TopColumn kTopColumns[] = {
-    {"REQ/S", 7, 0, [](const DeviceRow& r) { return r.request_based ? FormatRate(r.requests_per_second) : "-"; }},
-    {"REQSZ", 6, 3, [](const DeviceRow& r) { return r.request_based ? FormatBytes(r.mean_request_bytes) : "-"; }},
+    {"REQ/S", 7, 0, [](const DeviceRow& r) { return r.request_based || r.volume ? FormatRate(r.requests_per_second) : "-"; }},
+    {"REQSZ", 6, 3, [](const DeviceRow& r) { return r.request_based || r.volume ? FormatBytes(r.mean_request_bytes) : "-"; }},
     {"BIOSZ", 6, 5, [](const DeviceRow& r) { return r.bio_based ? FormatBytes(r.mean_bio_bytes) : "-"; }},
     {"MERGE/S", 7, 4, [](const DeviceRow& r) { return r.request_based ? FormatRate(r.merges_per_second) : "-"; }},
     {"MISS/S", 7, 1, [](const DeviceRow& r) { return r.request_based ? FormatRate(r.missed_merges_per_second) : "-"; }},
-    {"P50", 6, 6, [](const DeviceRow& r) { return r.request_based ? FormatSeconds(r.latency_p50_seconds) : "-"; }},
-    {"P99", 6, 2, [](const DeviceRow& r) { return r.request_based ? FormatSeconds(r.latency_p99_seconds) : "-"; }},
+    {"P50", 6, 6, [](const DeviceRow& r) { return r.request_based || r.volume ? FormatSeconds(r.latency_p50_seconds) : "-"; }},
+    {"P99", 6, 2, [](const DeviceRow& r) { return r.request_based || r.volume ? FormatSeconds(r.latency_p99_seconds) : "-"; }},
     {"NM", 2, 7, [](const DeviceRow& r) { return r.queue.nomerges >= 0 ? std::to_string(r.queue.nomerges) : "-"; }},
     {"SCHED", 11, 8, [](const DeviceRow& r) { return r.queue.scheduler.empty() ? "-" : r.queue.scheduler; }, true},
 };
@@ -353,6 +354,7 @@ std::vector<std::string> TopNotes(const View& view, size_t w) {
                             (v.cause.empty() ? v.state : v.cause),
                         w));
     if (!v.remedy.empty()) notes.push_back(Fit("  remedy: " + v.remedy, w));
+    if (!v.services.empty()) notes.push_back(Fit("  from: " + v.services, w));
   }
   for (const Finding& f : view.findings) {
     notes.push_back(Fit("? FINDING " + f.device + ": " + f.finding + (f.evidence.empty() ? "" : ": " + f.evidence), w));

@@ -1,12 +1,33 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "status_doc.h"
 
+#include <cmath>
+
 namespace mergewatch::cli {
 namespace {
 
 std::string Text(const nlohmann::json& object, const char* key) {
   auto it = object.find(key);
   return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// The daemon's "services" list in words, as its onset line says them (ServicesText in the daemon):
+// the "other" bucket only with requests, a v1 host's "" as "unattributed (cgroup v1)".
+std::string ServicesText(const nlohmann::json& verdict) {
+  if (!verdict.contains("services") || !verdict["services"].is_array()) return "";
+  std::string text;
+  for (const nlohmann::json& s : verdict["services"]) {
+    if (!s.is_object() || !s.contains("share") || !s["share"].is_number()) continue;
+    const std::string cgroup = Text(s, "cgroup");
+    const double share = s["share"].get<double>();
+    const bool empty_other = cgroup == "other" && s.contains("requests") && s["requests"].is_number() &&
+                             s["requests"].get<double>() == 0;
+    if (empty_other) continue;
+    if (!text.empty()) text += ", ";
+    text += std::to_string(static_cast<int>(std::lround(share * 100))) + "% " +
+            (cgroup.empty() ? "unattributed (cgroup v1)" : cgroup);
+  }
+  return text;
 }
 
 }  // namespace
@@ -40,6 +61,7 @@ bool ParseStatusDoc(const std::string& text, StatusDoc* doc, std::string* error)
     if (v.contains("evidence") && v["evidence"].is_object()) out.evidence = Text(v["evidence"], "text");
     out.cause = Text(v, "cause");
     out.remedy = Text(v, "remedy");
+    out.services = ServicesText(v);
     out.raw = v;
     doc->verdicts.push_back(std::move(out));
   }

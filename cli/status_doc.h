@@ -19,6 +19,8 @@ struct Verdict {
   std::string evidence;  // the sentence of the onset line
   std::string cause;
   std::string remedy;
+  // Who sent the pair's requests while its condition holds: "97% /backup.slice, 3% other" ("" none).
+  std::string services;
   nlohmann::json raw;  // the entry as served, for --json
 };
 

@@ -93,7 +93,8 @@ void DefineEndpointFlags(CLI::App& app, Config& config) {
   app.add_option("--path.btf", config.btf_path, "Kernel BTF file used for CO-RE relocation")
       ->capture_default_str();
   app.add_option("--path.procfs", config.procfs_root,
-                 "procfs mount point, for diskstats (the diskstats source reads /sys/block/*/stat where it is hidden)")
+                 "procfs mount point, for diskstats (the diskstats source reads /sys/block/*/stat where it is hidden) and "
+                 "self/mountinfo (where the cgroup2 tree that names services is mounted)")
       ->capture_default_str();
 }
 

@@ -6,12 +6,15 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "collapse_services.h"
 #include "exit_codes.h"
 #include "findings/queue_findings.h"
 #include "http/http_server.h"
@@ -113,8 +116,31 @@ int StartEvidence(SourceChoice choice, EvidenceSources* sources, SourceStatus* s
   return kExitOk;
 }
 
+std::string ReadMountinfo(const Config& config) {
+  std::ifstream in(config.procfs_root + "/self/mountinfo");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The cgroup2 tree the services are named from; what the log says when there is none.
+CollapseServices ServicesOf(const Config& config) {
+  const CgroupHost host = ReadCgroupHost(ReadMountinfo(config));
+  CgroupNamesOptions options;
+  options.blkcg_ids_on_cgroup2 = !host.io_on_v1;
+  if (host.mount)
+    LogInfo("services behind a collapse are named from the cgroup2 tree at " + *host.mount +
+            (host.io_on_v1 ? " (io controller on cgroup v1: page-cache writes are \"writeback\")" : ""));
+  else
+    LogInfo("no cgroup2 mount: the services behind a collapse are not named (\"unattributed (cgroup v1)\")");
+  return CollapseServices(CgroupNames(host.mount, KernfsIdOf, options), config.collapse.window);
+}
+
 ProbeOptions LoaderOptions(const Config& config) {
+  const CgroupHost host = ReadCgroupHost(ReadMountinfo(config));
   ProbeOptions options;
+  options.cgroup_root_id = host.root_id;
+  options.blkcg_on_cgroup2 = host.mount.has_value() && !host.io_on_v1;
   options.btf_path = config.btf_path;
   options.inflight_entries = config.inflight_entries;
   options.program_type = config.program_type;
@@ -218,6 +244,7 @@ int RunDaemon(const Config& config) {
   topology.OnScan(PublishEachScan(&names, &watch, state.get(), status.kernel_release));
   sources.FollowTopology(*topology.current());
   CollapseDetector detector(config.collapse);
+  CollapseServices services = ServicesOf(config);
   state->Publish(topology.current(), detector.Verdicts());
   http.status = [state] { return StatusJson({VersionString(), state->Verdicts(), state->Findings()}); };
 
@@ -236,7 +263,8 @@ int RunDaemon(const Config& config) {
   SdNotify("READY=1\nSTATUS=" + ready_status);
   LogInfo("ready: " + ready_status);
 
-  MainLoop loop({sources, active, namer, watch, names, topology, detector, *state, *server}, config.sysfs_root,
+  MainLoop loop({sources, active, namer, watch, names, topology, detector, services, *state, *server},
+                config.sysfs_root,
                 config.fail_after_ticks);
   const int exit_signal = loop.Run();
   if (exit_signal < 0) return kExitFailure;

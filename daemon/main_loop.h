@@ -8,6 +8,7 @@
 #include <string>
 
 #include "clock.h"
+#include "collapse_services.h"
 #include "detector/detector.h"
 #include "http/http_server.h"
 #include "metrics/state_metrics.h"
@@ -29,6 +30,7 @@ struct LoopParts {
   TopologyNames& names;
   TopologyKeeper& topology;
   CollapseDetector& detector;
+  CollapseServices& services;
   StateCollector& state;
   HttpServer& server;  // its event loops' heartbeat decides whether the watchdog is fed
 };

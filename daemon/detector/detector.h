@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "clock.h"
+#include "attribution/top_services.h"
 #include "source/snapshot.h"
 #include "topology/topology.h"
 
@@ -126,6 +127,10 @@ struct DiskVerdict {
   std::string split_evidence_text;  // while split_condition or split_raised, as logged
   std::string split_cause;
   std::string split_remedy;
+  // Who sent the pair's requests over the window, while the condition holds (CollapseServices):
+  // the top services and "other"; empty otherwise, and always from the detector itself.
+  std::vector<ServiceShare> services;
+  uint64_t service_requests = 0;  // the pair's requests those shares are of
 };
 
 // One onset or clear, with a line a person can act on.

@@ -230,7 +230,8 @@ void AddDeviceSeries(const StatsByLabel& by_label, bool reduced, DeviceFamilies*
 
 }
 
-// mergewatch_remapped_requests_total and _missed_merges_total, by (device, origin, op).
+// mergewatch_remapped_requests_total and _missed_merges_total, by (device, origin, op), and the volume's
+// own view beside them: its requests and bytes as dispatched and their device latency.
 template <typename NameOf>
 std::vector<MetricFamily> RemapFamilies(const Snapshot& snapshot, ScrapeNames& names, const NameOf& name_of) {
   MetricFamily remapped = Family("mergewatch_remapped_requests_total",
@@ -240,6 +241,20 @@ std::vector<MetricFamily> RemapFamilies(const Snapshot& snapshot, ScrapeNames& n
   MetricFamily remapped_missed = Family("mergewatch_remapped_missed_merges_total",
                                         "Of mergewatch_remapped_requests_total, the requests that were missed merges.",
                                         MetricType::Counter);
+  MetricFamily dispatched = Family(
+      metric_names::kRemappedDispatchedRequestsTotal,
+      "Requests dispatched to the device (block_rq_issue) whose first bio came from origin: the volume's "
+      "requests. Over a device's origins they sum to its mergewatch_request_size_bytes_count for stacked I/O.",
+      MetricType::Counter);
+  MetricFamily dispatched_bytes = Family(metric_names::kRemappedDispatchedBytesTotal,
+                                         "Bytes of mergewatch_remapped_dispatched_requests_total at dispatch: the "
+                                         "volume's mean request size is their ratio.",
+                                         MetricType::Counter);
+  MetricFamily latency = Family(metric_names::kRemappedRequestLatencySeconds,
+                                "Device time (dispatch to completion) of the requests whose first bio came from "
+                                "origin: the volume's latency at the device, in mergewatch_request_latency_seconds' "
+                                "buckets.",
+                                MetricType::Histogram);
   std::map<std::tuple<std::string, std::string, std::string>, mw_origin_stats> by_origin;
   for (const auto& [key, stats] : snapshot.origins) {
     std::optional<std::string> device = name_of(key.major, key.minor, key.diskseq);
@@ -247,20 +262,26 @@ std::vector<MetricFamily> RemapFamilies(const Snapshot& snapshot, ScrapeNames& n
     // A multipath path's requests come remapped from its own head, under whose name they
     // already count: that is no stacked device, and "origin = device" would say nothing.
     if (!device || !origin || *device == *origin) continue;
-    mw_origin_stats& total = by_origin[{*device, *origin, OpLabel(key.op)}];
-    total.requests += stats.requests;
-    total.missed_merges += stats.missed_merges;
+    AccumulateOrigin(stats, &by_origin[{*device, *origin, OpLabel(key.op)}]);
   }
+  const std::vector<double> latency_bounds = Log2Bounds(MW_LAT_SLOTS, MW_LAT_MIN_SHIFT, kNanosecondsPerSecond);
   for (const auto& [labels, stats] : by_origin) {
     std::vector<ClientMetric::Label> l = {
         {"device", std::get<0>(labels)}, {"origin", std::get<1>(labels)}, {"op", std::get<2>(labels)}};
     remapped.metric.push_back(CounterValue(l, static_cast<double>(stats.requests)));
     remapped_missed.metric.push_back(CounterValue(l, static_cast<double>(stats.missed_merges)));
+    dispatched.metric.push_back(CounterValue(l, static_cast<double>(stats.dispatched)));
+    dispatched_bytes.metric.push_back(CounterValue(l, static_cast<double>(stats.dispatched_bytes)));
+    ClientMetric volume;
+    volume.label = l;
+    FillLog2Histogram(stats.latency_slots, latency_bounds, stats.latency_sum_ns, kNanosecondsPerSecond,
+                      &volume.histogram);
+    latency.metric.push_back(std::move(volume));
   }
 
   std::vector<MetricFamily> out;
-  out.push_back(std::move(remapped));
-  out.push_back(std::move(remapped_missed));
+  for (MetricFamily* f : {&remapped, &remapped_missed, &dispatched, &dispatched_bytes, &latency})
+    out.push_back(std::move(*f));
   return out;
 }
 

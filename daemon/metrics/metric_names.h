@@ -11,6 +11,10 @@ namespace mergewatch::metric_names {
 inline constexpr char kRequestSizeBytes[] = "mergewatch_request_size_bytes";
 inline constexpr char kRequestLatencySeconds[] = "mergewatch_request_latency_seconds";
 inline constexpr char kBioSizeBytes[] = "mergewatch_bio_size_bytes";
+// A volume's requests at the disks below it (labels device, origin, op).
+inline constexpr char kRemappedRequestLatencySeconds[] = "mergewatch_remapped_request_latency_seconds";
+inline constexpr char kRemappedDispatchedRequestsTotal[] = "mergewatch_remapped_dispatched_requests_total";
+inline constexpr char kRemappedDispatchedBytesTotal[] = "mergewatch_remapped_dispatched_bytes_total";
 // Counters (their names carry _total already).
 inline constexpr char kBioMergesTotal[] = "mergewatch_bio_merges_total";
 inline constexpr char kMissedMergesTotal[] = "mergewatch_missed_merges_total";

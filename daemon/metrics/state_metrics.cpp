@@ -128,6 +128,12 @@ std::vector<MetricFamily> CollapseFamilies(const std::vector<DiskVerdict>& verdi
   MetricFamily upper_share = GaugeFamily("mergewatch_collapse_upper_request_ratio",
                                          "Share of the disk's requests over the window that were remapped from "
                                          "the upper device (block_bio_remap chain).");
+  MetricFamily services = GaugeFamily(
+      "mergewatch_collapse_service_request_ratio",
+      "While the pair's collapse condition holds: the share of its requests over the window from each of its top "
+      "3 cgroups (the submitting task's for reads and direct I/O, the bio's blkcg for page-cache writes with the "
+      "io controller on; \"writeback\", \"kernel\", or \"\" on a cgroup v1 host) and \"other\" for the rest. "
+      "Absent otherwise.");
   for (MetricFamily* f : {&collapse, &condition, &rate, &small, &missed, &merges, &lower, &merged})
     f->metric.reserve(verdicts.size());
   for (const DiskVerdict& v : verdicts) {
@@ -146,8 +152,11 @@ std::vector<MetricFamily> CollapseFamilies(const std::vector<DiskVerdict>& verdi
       AddGauge(&upper, pair, e.upper_mean_bio_bytes);
       AddGauge(&upper_share, pair, e.upper_request_share);
     }
+    for (const ServiceShare& s : v.services)
+      AddGauge(&services, {{"device", v.device}, {"upper", v.upper}, {"cgroup", s.cgroup}}, s.share);
   }
-  return Moved({&collapse, &condition, &rate, &small, &missed, &merges, &lower, &merged, &upper, &upper_share});
+  return Moved(
+      {&collapse, &condition, &rate, &small, &missed, &merges, &lower, &merged, &upper, &upper_share, &services});
 }
 
 std::vector<MetricFamily> SplitFamilies(const std::vector<DiskVerdict>& verdicts) {

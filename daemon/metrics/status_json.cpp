@@ -12,6 +12,14 @@ namespace {
 // JSON has no NaN or infinity: a ratio that has none is null.
 nlohmann::json Number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
+// The top services of a collapsed pair, then "other"; cgroup paths are raw bytes: LabelText makes them UTF-8.
+nlohmann::json ServicesJson(const std::vector<ServiceShare>& services) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const ServiceShare& s : services)
+    out.push_back({{"cgroup", LabelText(s.cgroup)}, {"share", Number(s.share)}, {"requests", s.requests}});
+  return out;
+}
+
 }  // namespace
 
 const char* VerdictState(const DiskVerdict& verdict) {
@@ -45,6 +53,7 @@ std::string StatusJson(const DetectorStatus& status) {
           {"upper_bio_bytes", Number(e.upper_mean_bio_bytes)},
           {"upper_request_ratio", Number(e.upper_request_share)},
           {"text", LabelText(v.evidence_text)}}},
+        {"services", ServicesJson(v.services)},
         {"cause", LabelText(v.cause)},
         {"remedy", LabelText(v.remedy)},
     });

@@ -212,6 +212,8 @@ mergewatch_bpf* OpenForMode(const ProbeOptions& options, const KernelFeatures& f
   }
   const uint32_t slot_bits = InflightSlotBits(options.inflight_entries);
   skel->rodata->inflight_slot_bits = slot_bits;
+  skel->rodata->cgroup_root_id = options.cgroup_root_id;
+  skel->rodata->blkcg_on_cgroup2 = options.blkcg_on_cgroup2 ? 1 : 0;
   bpf_map__set_max_entries(skel->maps.inflight, 1u << slot_bits);
 
   struct bpf_program* prog;
@@ -712,9 +714,11 @@ int RunLoaderMode(int argc, const char* const* argv) {
   // argv: mergewatchd --internal.bpf-loader PARENT_PID BTF_PATH INFLIGHT_ENTRIES PROGRAM_TYPE LOG_LEVEL
   //       LOG_FORMAT HANG SYSFS_ROOT; the socket at descriptor 3.
   unsigned long long parent = 0, entries = 0, level = 0, format = 0, hang = 0;
-  if (argc != 10 || !ParseUnsigned(argv[2], 1u << 30, &parent) || !ParseUnsigned(argv[4], 1u << 31, &entries) ||
+  unsigned long long cgroup_root = 0, blkcg_on_cgroup2 = 0;
+  if (argc != 12 || !ParseUnsigned(argv[2], 1u << 30, &parent) || !ParseUnsigned(argv[4], 1u << 31, &entries) ||
       !ParseUnsigned(argv[6], static_cast<int>(LogLevel::kError), &level) ||
-      !ParseUnsigned(argv[7], static_cast<int>(LogFormat::kJson), &format) || !ParseUnsigned(argv[8], 1, &hang)) {
+      !ParseUnsigned(argv[7], static_cast<int>(LogFormat::kJson), &format) || !ParseUnsigned(argv[8], 1, &hang) ||
+      !ParseUnsigned(argv[10], UINT64_MAX, &cgroup_root) || !ParseUnsigned(argv[11], 1, &blkcg_on_cgroup2)) {
     fprintf(stderr, "%s: mergewatchd starts this mode itself; it is not for use by hand\n", kLoaderModeFlag);
     return kLoaderUsageExit;
   }
@@ -735,6 +739,8 @@ int RunLoaderMode(int argc, const char* const* argv) {
   }
   options.loader_hangs = hang != 0;
   options.sysfs_root = argv[9];
+  options.cgroup_root_id = cgroup_root;
+  options.blkcg_on_cgroup2 = blkcg_on_cgroup2 != 0;
   return LoadAndAnswer(kLoaderSocketFd, options);
 }
 
@@ -755,9 +761,11 @@ std::unique_ptr<LoaderProcess> LoaderProcess::Start(const ProbeOptions& options,
   const std::string level = std::to_string(static_cast<int>(CurrentLogLevel()));
   const std::string format = std::to_string(static_cast<int>(CurrentLogFormat()));
   const std::string exe = LoaderExecutable();
+  const std::string cgroup_root = std::to_string(options.cgroup_root_id);
   const char* argv[] = {exe.c_str(),     kLoaderModeFlag, parent.c_str(), options.btf_path.c_str(),
                         entries.c_str(), ProgramTypeName(options.program_type), level.c_str(), format.c_str(),
-                        options.loader_hangs ? "1" : "0", options.sysfs_root.c_str(), nullptr};
+                        options.loader_hangs ? "1" : "0", options.sysfs_root.c_str(), cgroup_root.c_str(),
+                        options.blkcg_on_cgroup2 ? "1" : "0", nullptr};
   posix_spawn_file_actions_t actions;
   posix_spawnattr_t attr;
   posix_spawn_file_actions_init(&actions);

@@ -37,6 +37,10 @@ struct ProbeOptions {
   uint32_t inflight_entries = MW_DEFAULT_INFLIGHT_ENTRIES;
   ProgramType program_type = ProgramType::kAuto;
   std::string sysfs_root = "/sys";     // --path.sysfs: where the kernel's lockdown file is read
+  // Who is behind a remap chain (bpf/handlers.bpf.h, chain_cgroup): the cgroup2 root's id, whose
+  // tasks are kernel threads, and whether a bio's blkcg id is a cgroup2 one (CgroupRootOf()).
+  uint64_t cgroup_root_id = 1;
+  bool blkcg_on_cgroup2 = false;
   // Tests only (--debug.bpf-loader-hang): the loader process sleeps instead of loading, until the
   // daemon gives up on it at kLoaderTimeout.
   bool loader_hangs = false;

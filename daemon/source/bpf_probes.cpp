@@ -124,6 +124,17 @@ OriginKey ToOriginKey(const mw_origin_key& k) {
   return OriginKey{k.major, k.minor, k.origin_major, k.origin_minor, k.op, k.diskseq};
 }
 
+ServiceCounterKey ToServiceCounterKey(const mw_service_key& k) {
+  ServiceCounterKey key;
+  key.pair = DevicePair{k.major, k.minor, k.origin_major, k.origin_minor, k.diskseq};
+  // An unknown source (a newer BPF object) is the task's: its id is still a cgroup's.
+  key.cgroup.id = k.cgroup;
+  key.cgroup.source = k.source == MW_CG_BLKCG       ? CgroupSource::kBlkcg
+                      : k.source == MW_CG_WRITEBACK ? CgroupSource::kWriteback
+                                                    : CgroupSource::kTask;
+  return key;
+}
+
 }  // namespace
 
 BpfProbes::BpfProbes(LoadReply reply) : loaded_(std::move(reply)) {
@@ -133,8 +144,11 @@ BpfProbes::BpfProbes(LoadReply reply) : loaded_(std::move(reply)) {
   }
   dev_spill_fd_ = MapNamed(loaded_.other_map_fds, "dev_stats_spill");
   origin_spill_fd_ = MapNamed(loaded_.other_map_fds, "origin_spill");
+  service_counts_fd_ = MapNamed(loaded_.other_map_fds, "service_counts");
   if (dev_spill_fd_ < 0 || origin_spill_fd_ < 0)
     LogWarn("the BPF object's spill maps were not found: a key a program cannot create is not counted");
+  if (service_counts_fd_ < 0)
+    LogWarn("the BPF object's service_counts map was not found: the services behind a collapse are not named");
 }
 
 // Without libbpf's object: a tp_btf program names its attach target itself (set at load), a
@@ -217,6 +231,18 @@ Snapshot BpfProbes::Read() {
       snapshot.nested_runs_skipped += info.recursion_misses;
   }
   return snapshot;
+}
+
+ServiceCounters BpfProbes::ReadServices() {
+  // The LRU map is never pruned by the daemon: an entry the kernel evicts comes back from 0, which
+  // ServiceWindow counts as a reset. Ops are summed: a service's share is of all the pair's requests.
+  const int ncpus = libbpf_num_possible_cpus();
+  std::map<ServiceCounterKey, uint64_t> counters;
+  if (ncpus <= 0) return counters;
+  std::lock_guard<std::mutex> maps_lock(maps_mutex_);
+  SumPerCpuMap<mw_service_key, uint64_t>(service_counts_fd_, ncpus, ToServiceCounterKey,
+                                         [](uint64_t from, uint64_t* into) { *into += from; }, &counters);
+  return counters;
 }
 
 void BpfProbes::Forget(const StaleKeys& keys) {

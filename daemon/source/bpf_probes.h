@@ -33,6 +33,7 @@ class BpfProbes final : public SnapshotSource {
   BpfProbes& operator=(const BpfProbes&) = delete;
 
   Snapshot Read() override;
+  ServiceCounters ReadServices() override;
   void Forget(const StaleKeys& keys) override;
   // block_bio_queue fires for every bio of every device but matters only for bio-based
   // devices stacked on others: attached only while one exists. Returns true on a change.
@@ -53,6 +54,7 @@ class BpfProbes final : public SnapshotSource {
   // dev_stats or origin_stats, counted apart. Among loaded_.other_map_fds, found by name; -1 if not.
   int dev_spill_fd_ = -1;
   int origin_spill_fd_ = -1;
+  int service_counts_fd_ = -1;  // service_counts: requests per (pair, op, cgroup)
 };
 
 }  // namespace mergewatch

@@ -14,12 +14,11 @@ void AccumulateStats(const mw_dev_stats& from, mw_dev_stats* into) {
 }
 
 void AccumulateOrigin(const mw_origin_stats& from, mw_origin_stats* into) {
-  into->requests += from.requests;
-  into->missed_merges += from.missed_merges;
-  into->request_bytes += from.request_bytes;
-  into->missed_merge_runs += from.missed_merge_runs;
-  into->missed_merge_run_bytes += from.missed_merge_run_bytes;
-  into->merges += from.merges;
+  // As mw_dev_stats: nothing but u64 counters (asserted in abi.h).
+  constexpr size_t kWords = sizeof(mw_origin_stats) / sizeof(__u64);
+  const auto* src = reinterpret_cast<const __u64*>(&from);
+  auto* dst = reinterpret_cast<__u64*>(into);
+  for (size_t i = 0; i < kWords; ++i) dst[i] += src[i];
 }
 
 const DiskKey* HeadOfDepartedPath(const Snapshot& snapshot, uint32_t major, uint32_t minor, uint64_t diskseq) {

@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "attribution/top_services.h"
 #include "mergewatch/abi.h"
 
 namespace mergewatch {
@@ -141,6 +142,9 @@ class SnapshotSource {
  public:
   virtual ~SnapshotSource() = default;
   virtual Snapshot Read() = 0;
+  // Requests per (disk, upper device) pair and cgroup (attribution/top_services.h), cumulative;
+  // read per tick, never per scrape. Empty for a source without them (diskstats).
+  virtual ServiceCounters ReadServices() { return {}; }
   // Drops the data of removed devices for good, so a number reused later starts from zero
   // and the maps do not fill up with the dead.
   virtual void Forget(const StaleKeys& keys) = 0;

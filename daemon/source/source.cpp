@@ -67,6 +67,8 @@ Snapshot ActiveSource::Read() {
   return snapshot;
 }
 
+ServiceCounters ActiveSource::ReadServices() { return Current()->ReadServices(); }
+
 SourceStatus ActiveSource::DetectionStatus() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return WithProgramEvidence(status_, programs_);

@@ -57,6 +57,7 @@ class ActiveSource final : public SnapshotSource {
  public:
   ActiveSource(std::shared_ptr<SnapshotSource> source, SourceStatus status);
   Snapshot Read() override;
+  ServiceCounters ReadServices() override;
   void Forget(const StaleKeys& keys) override;
   // Which head each path disk in `snapshot` counts under, while `topology` shows the path.
   void LearnPaths(const Snapshot& snapshot, const Topology& topology);

@@ -38,6 +38,8 @@
 /* Bounds of the maps; the in-flight map size can be changed at load time. */
 #define MW_MAX_DEV_OP_KEYS 8192
 #define MW_MAX_ORIGIN_KEYS 4096
+/* (pair, op, cgroup) request counters: an LRU map, an evicted key counts from 0 again. */
+#define MW_MAX_SERVICE_KEYS 4096
 /*
  * Keys a BPF program could not create in dev_stats or origin_stats (ENOMEM, E2BIG, EBUSY) are
  * counted in a preallocated map of this size each, summed with the main map by the daemon
@@ -118,6 +120,42 @@ struct mw_origin_stats {
 	__u64 missed_merge_runs;     /* as in mw_dev_stats, for the runs of this pair's requests */
 	__u64 missed_merge_run_bytes;
 	__u64 merges; /* bios from this origin merged into a request (block_bio_backmerge/frontmerge) */
+	/*
+	 * The volume's own view (the upper device the pair's requests came from): requests and bytes
+	 * as dispatched (block_rq_issue, after every merge, as the disk's size_slots count them) and
+	 * their device time to the final completion. Over a disk's pairs these sum to the disk's
+	 * size count, size_sum_bytes and latency histogram, for the requests whose first bio came
+	 * down a remap chain.
+	 */
+	__u64 dispatched;
+	__u64 dispatched_bytes;
+	__u64 latency_slots[MW_LAT_SLOTS];
+	__u64 latency_sum_ns;
+};
+
+/*
+ * How the BPF side came by a chain's cgroup id (daemon/attribution/cgroup_names.h, CgroupSource):
+ * the submitting task, the bio's blkcg association, or a kernel thread writing back pages whose
+ * owner the io controller did not record (id: the root cgroup's). A kernel thread's read has
+ * id 0 (MW_CG_TASK): "kernel".
+ */
+#define MW_CG_TASK 0
+#define MW_CG_BLKCG 1
+#define MW_CG_WRITEBACK 2
+
+/*
+ * Requests created at a disk for bios remapped there from an upper device, per cgroup that
+ * submitted the chain's top bio: the services behind a (disk, upper device) pair.
+ */
+struct mw_service_key {
+	__u32 major; /* the disk, as in mw_origin_key */
+	__u32 minor;
+	__u32 origin_major;
+	__u32 origin_minor;
+	__u32 op;
+	__u32 source; /* MW_CG_* */
+	__u64 diskseq;
+	__u64 cgroup; /* cgroup v2 id (kernfs node id), 0 = none */
 };
 
 struct mw_dev_stats {
@@ -197,8 +235,8 @@ struct mw_inflight {
 	 * no gendisk (counted as no_disk, not timed).
 	 */
 	__u32 op;
-	__u32 major;
-	__u32 minor;
+	__u32 devt;   /* MW_MKDEV of the disk */
+	__u32 origin; /* dev_t of the upper device the request's first bio came from, 0 = none */
 	__u64 diskseq;
 };
 
@@ -234,7 +272,8 @@ static __always_inline __u32 mw_hist_slot(__u64 v, __u32 min_shift, __u32 slots)
 static_assert(sizeof(struct mw_dev_key) == 24, "mw_dev_key layout");
 static_assert(sizeof(struct mw_origin_key) == 32, "mw_origin_key layout");
 static_assert(sizeof(struct mw_inflight) == 48, "mw_inflight layout");
-static_assert(sizeof(struct mw_origin_stats) == 48, "mw_origin_stats layout");
+static_assert(sizeof(struct mw_service_key) == 40, "mw_service_key layout");
+static_assert(sizeof(struct mw_origin_stats) == 8 * (8 + MW_LAT_SLOTS + 1), "mw_origin_stats has no padding");
 static_assert(sizeof(struct mw_dev_stats) ==
 		      8 * (2 * (MW_SIZE_SLOTS + 1) + 2 * (MW_LAT_SLOTS + 1) + 7),
 	      "mw_dev_stats has no padding");
@@ -242,7 +281,8 @@ static_assert(sizeof(struct mw_dev_stats) ==
 _Static_assert(sizeof(struct mw_dev_key) == 24, "mw_dev_key layout");
 _Static_assert(sizeof(struct mw_origin_key) == 32, "mw_origin_key layout");
 _Static_assert(sizeof(struct mw_inflight) == 48, "mw_inflight layout");
-_Static_assert(sizeof(struct mw_origin_stats) == 48, "mw_origin_stats layout");
+_Static_assert(sizeof(struct mw_service_key) == 40, "mw_service_key layout");
+_Static_assert(sizeof(struct mw_origin_stats) == 8 * (8 + MW_LAT_SLOTS + 1), "mw_origin_stats layout");
 _Static_assert(sizeof(struct mw_dev_stats) ==
 		       8 * (2 * (MW_SIZE_SLOTS + 1) + 2 * (MW_LAT_SLOTS + 1) + 7),
 	       "mw_dev_stats has no padding");

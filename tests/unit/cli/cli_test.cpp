@@ -240,6 +240,50 @@ TEST(Render, StatusNamesTheDeviceCollapseQueueSettingsAndRemedy) {
             std::string::npos);
 }
 
+// A volume (dm-0) with its requests at the disk below it: its request columns come from the
+// remapped_* families by origin; the services behind the collapse from /status, in words.
+TEST(Render, AVolumeShowsItsRequestsAndTheCollapseItsServices) {
+  const auto volume = [](double requests, double slow) {
+    char text[1024];
+    snprintf(text, sizeof(text),
+             "mergewatch_remapped_dispatched_requests_total{device=\"loop7\",origin=\"dm-0\",op=\"read\"} %.0f\n"
+             "mergewatch_remapped_dispatched_bytes_total{device=\"loop7\",origin=\"dm-0\",op=\"read\"} %.0f\n"
+             "mergewatch_remapped_request_latency_seconds_bucket{device=\"loop7\",origin=\"dm-0\",op=\"read\",le=\"0.001\"} %.0f\n"
+             "mergewatch_remapped_request_latency_seconds_bucket{device=\"loop7\",origin=\"dm-0\",op=\"read\",le=\"0.01\"} %.0f\n"
+             "mergewatch_remapped_request_latency_seconds_bucket{device=\"loop7\",origin=\"dm-0\",op=\"read\",le=\"+Inf\"} %.0f\n"
+             "mergewatch_remapped_request_latency_seconds_sum{device=\"loop7\",origin=\"dm-0\",op=\"read\"} 1\n"
+             "mergewatch_remapped_request_latency_seconds_count{device=\"loop7\",origin=\"dm-0\",op=\"read\"} %.0f\n",
+             requests, requests * 4096, requests - slow, requests, requests, requests);
+    return std::string(text);
+  };
+  const ScrapeFacts before = ReadScrape(Parse(Scrape(1000, 900, 10, 10, 2, true) + volume(1000, 0)));
+  const ScrapeFacts after = ReadScrape(Parse(Scrape(21000, 20650, 10, 210, 2, true) + volume(11000, 10000)));
+  DiskVerdict v;
+  v.device = "loop7";
+  v.upper = "dm-0";
+  v.condition = v.raised = true;
+  v.services = {{false, "/system.slice/backup.service", 9700, 0.97}, {false, "/db.slice", 300, 0.03},
+                {true, "other", 0, 0}};
+  StatusDoc status;
+  std::string error;
+  ASSERT_TRUE(ParseStatusDoc(StatusJson({"1.0", {v}, {}}), &status, &error)) << error;
+  EXPECT_EQ(status.verdicts[0].services, "97% /system.slice/backup.service, 3% /db.slice");
+  const View view = BuildView(before, after, 2.0, status, false);
+  ASSERT_EQ(view.tree.size(), 2u);
+  const DeviceRow& dm = view.tree[1];
+  EXPECT_TRUE(dm.volume);
+  EXPECT_DOUBLE_EQ(dm.requests_per_second, 5000);
+  EXPECT_DOUBLE_EQ(dm.mean_request_bytes, 4096);
+  EXPECT_GT(dm.latency_p50_seconds, 0.001) << "every request of the interval took 1-10 ms";
+  EXPECT_LE(dm.latency_p99_seconds, 0.01);
+  const std::string text = RenderStatus(view, "u");
+  EXPECT_NE(text.find("  from:     97% /system.slice/backup.service, 3% /db.slice"), std::string::npos) << text;
+  std::string top;
+  for (const std::string& line : RenderTop(view, "mergewatch top", 120, 40)) top += line + "\n";
+  EXPECT_NE(top.find("from: 97% /system.slice/backup.service"), std::string::npos) << top;
+  EXPECT_NE(top.find("dm-0"), std::string::npos) << top;
+}
+
 // The diskstats source has histograms with only the +Inf bucket: the host is shown
 // with what it has, means and no percentiles, never a made-up distribution.
 TEST(Render, ASourceWithoutBucketsShowsMeansAndNoPercentiles) {

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+#include "tests/unit/source/pair_stats.h"
 #include "metrics/exporter.h"
 #include "metrics/exposition.h"
 
@@ -56,9 +57,15 @@ Snapshot IncidentSnapshot() {
   // A device that is gone from sysfs: not exported.
   AddRequests(&snap.stats[{7, 12, 0}], 4096, 10, 5000);
   // The remap chain: the snapshot's 4 KiB pieces became requests at the disk.
-  snap.origins[{259, 0, 253, 3, 0}] = mw_origin_stats{16385, 16000, 0, 0, 0, 0};
+  snap.origins[{259, 0, 253, 3, 0}] = PairStats(16385, 16000, 0, 0, 0, 0);
+  // The snapshot's own view: 16381 of its requests dispatched and completed at 300 us, 4 still in flight.
+  mw_origin_stats& volume = snap.origins[{259, 0, 253, 3, 0}];
+  volume.dispatched = 16385;
+  volume.dispatched_bytes = 16385ull * 4096;
+  volume.latency_slots[9] = 16381;  // le 2^19 ns = 524 us
+  volume.latency_sum_ns = 16381ull * 300000;
   // Remapped from a device that is gone: not exported.
-  snap.origins[{259, 0, 253, 9, 0}] = mw_origin_stats{5, 0, 0, 0, 0, 0};
+  snap.origins[{259, 0, 253, 9, 0}] = PairStats(5, 0, 0, 0, 0, 0);
   snap.event_counts[MW_CNT_COMPLETE_UNMATCHED] = 4;
   snap.programs = {{"block_rq_issue", "tp_btf", true}, {"block_unplug", "tp_btf", false}};
   return snap;
@@ -199,7 +206,7 @@ TEST(Exporter, APathDiskThatJustLeftSysfsStillCountsUnderItsHead) {
   Snapshot snap;
   AddRequests(&snap.stats[{259, 1, 0, 11}], 4096, 64, 5000);
   AddRequests(&snap.stats[{259, 4, 0, 12}], 4096, 64, 5000);
-  snap.origins[{259, 1, 253, 0, 0, 11}] = mw_origin_stats{64, 60, 0, 0, 0, 0};
+  snap.origins[{259, 1, 253, 0, 0, 11}] = PairStats(64, 60, 0, 0, 0, 0);
   snap.path_heads[DiskKey{259, 1, 11}] = DiskKey{259, 2, 5};
   snap.path_heads[DiskKey{259, 4, 12}] = DiskKey{259, 2, 5};
   FakeNamer namer;

@@ -112,6 +112,23 @@ TEST(StatusJson, InvalidUtf8AndNonFiniteNumbersStayValidJson) {
   EXPECT_EQ(text.find('\n'), text.size() - 1);  // one line
 }
 
+// The services behind a collapsed pair, in their order, hostile cgroup paths as their labels spell them;
+// a verdict without them has an empty list.
+TEST(StatusJson, ServicesOfACollapsedPairInOrder) {
+  DiskVerdict v = Collapsed();
+  v.services = {{false, "/backup.slice", 970, 0.97}, {false, "/a\"\xff", 30, 0.03}, {true, "other", 0, 0}};
+  const nlohmann::json doc = nlohmann::json::parse(StatusJson({"", {v, Collapsed()}, {}}));
+  const nlohmann::json& services = doc["verdicts"][0]["services"];
+  ASSERT_EQ(services.size(), 3u);
+  EXPECT_EQ(services[0]["cgroup"], "/backup.slice");
+  EXPECT_DOUBLE_EQ(services[0]["share"].get<double>(), 0.97);
+  EXPECT_EQ(services[0]["requests"], 970);
+  EXPECT_EQ(services[1]["cgroup"], "/a\"\\xff");
+  EXPECT_EQ(services[2]["cgroup"], "other");
+  EXPECT_TRUE(doc["verdicts"][1]["services"].is_array());
+  EXPECT_TRUE(doc["verdicts"][1]["services"].empty());
+}
+
 TEST(StatusJson, NothingJudgedYetIsEmptyLists) {
   const nlohmann::json doc = nlohmann::json::parse(StatusJson({"v", {}, {}}));
   EXPECT_TRUE(doc["verdicts"].is_array());

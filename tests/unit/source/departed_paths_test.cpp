@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/unit/source/pair_stats.h"
 #include "source/departed_paths.h"
 #include "source/source.h"
 #include "topology/topology.h"
@@ -96,7 +97,7 @@ TEST(DepartedPaths, WhatADeletedPathCountedStaysUnderItsHead) {
   maps.stats[kPath1Read] = Requests(700, 650);
   maps.stats[kPath1Write] = Requests(30);
   maps.stats[kPath2Read] = Requests(500, 450);
-  maps.origins[{kNvmeMajor, 1, kDmMajor, 0, kRead, 11}] = mw_origin_stats{700, 650, 700 * 4096, 10, 10 * 262144, 0};
+  maps.origins[{kNvmeMajor, 1, kDmMajor, 0, kRead, 11}] = PairStats(700, 650, 700 * 4096, 10, 10 * 262144, 0);
   DepartedPaths departed;
   departed.Learn(maps, Stack({1, 2}));  // while both paths were there
   const HeadSums before = SumsOfHead(maps, Stack({1, 2}));
@@ -186,7 +187,7 @@ TEST(DepartedPaths, NothingIsKeptForAPathWhoseHeadIsGoneOrNew) {
 TEST(DepartedPaths, AnOriginThatIsGoneIsNotKept) {
   Snapshot maps;
   maps.stats[kPath1Read] = Requests(10);
-  maps.origins[{kNvmeMajor, 1, kDmMajor, 7, kRead, 11}] = mw_origin_stats{10, 0, 40960, 0, 0, 0};  // dm-7: gone
+  maps.origins[{kNvmeMajor, 1, kDmMajor, 7, kRead, 11}] = PairStats(10, 0, 40960, 0, 0, 0);  // dm-7: gone
   DepartedPaths departed;
   departed.Learn(maps, Stack({1, 2}));
   StaleKeys stale;

@@ -3,8 +3,7 @@
 // 255-byte components nested to a 4095-byte path, quotes, backslashes, newlines, bytes that are
 // not UTF-8), through the daemon's exposition writer: promtool reads the text clean, and the
 // command's parser reads back each name as LabelText made it, one label value per cgroup.
-// The family's name and labels are a proposal: nothing exports it until the BPF side records
-// the cgroup.
+// The family is the daemon's own (CollapseFamilies).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -18,6 +17,7 @@
 #include "attribution/top_services.h"
 #include "cli/exposition_parser.h"
 #include "metrics/exposition.h"
+#include "metrics/state_metrics.h"
 #include "tests/unit/attribution/cgroup_tree.h"
 #include "text.h"
 
@@ -43,23 +43,21 @@ std::vector<PairServices> Top(const ServiceCounters& window, const std::set<Devi
                      [names](const CgroupRef& c) { return LabelOf(names->Name(c.id, c.source, kNow)); });
 }
 
-// What the daemon would do with TopServices' result: one gauge per service and pair.
+// The daemon's family (CollapseFamilies) of verdicts whose condition holds, carrying TopServices' result.
 MetricFamily ShareFamily(const std::vector<PairServices>& top) {
-  MetricFamily family;
-  family.name = "mergewatch_collapse_service_request_ratio";
-  family.help = "Share of a collapsed pair's requests in the last window, per cgroup (top 3 and other).";
-  family.type = prometheus::MetricType::Gauge;
+  std::vector<DiskVerdict> verdicts;
   for (const PairServices& p : top) {
-    for (const ServiceShare& s : p.services) {
-      ClientMetric metric;
-      metric.label = {{"device", DeviceName(p.pair.disk_major, p.pair.disk_minor)},
-                      {"upper", DeviceName(p.pair.upper_major, p.pair.upper_minor)},
-                      {"cgroup", s.cgroup}};
-      metric.gauge.value = s.share;
-      family.metric.push_back(std::move(metric));
-    }
+    DiskVerdict v;
+    v.device = DeviceName(p.pair.disk_major, p.pair.disk_minor);
+    v.upper = DeviceName(p.pair.upper_major, p.pair.upper_minor);
+    v.condition = true;
+    v.services = p.services;
+    verdicts.push_back(std::move(v));
   }
-  return family;
+  for (MetricFamily& family : CollapseFamilies(verdicts))
+    if (family.name == "mergewatch_collapse_service_request_ratio") return family;
+  ADD_FAILURE() << "CollapseFamilies has no mergewatch_collapse_service_request_ratio";
+  return {};
 }
 
 std::string AllBytesButSlash() {
