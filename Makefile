@@ -30,7 +30,7 @@ RUN_PACKAGES := clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config g
 PACKAGING_PACKAGES := debhelper dpkg-dev fakeroot lintian jsonnet groff man-db
 TEST_PACKAGES := libgtest-dev \
 	fio curl util-linux python3 python3-pytest python3-prometheus-client prometheus \
-	qemu-system-x86 busybox-static kmod cpio lvm2 mdadm e2fsprogs iproute2 procps gzip xz-utils zstd \
+	qemu-system-x86 busybox-static kmod cpio lvm2 mdadm e2fsprogs iproute2 procps gzip xz-utils zstd cryptsetup-bin \
 	prometheus-alertmanager systemd strace openssl python3-bcrypt tmux $(PACKAGING_PACKAGES)
 # `make release` (mk/release.mk): the Debian 11 root it builds in is made with debootstrap.
 RELEASE_PACKAGES := debootstrap

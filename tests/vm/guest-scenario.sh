@@ -490,6 +490,8 @@ export MW_DISK=$DISK	# guest-stacking.sh and guest-loader.sh use the scenario's 
 [ -z "$DAEMON" ] || [ "${MW_STACKING:-1}" = 0 ] || "$HERE/guest-stacking.sh" || log "stacking checks failed: see stacking/results.txt"
 # The queue findings need the rotational disks (run-vm.sh --rotational-disks 2: the 6.1 boot only).
 [ -z "$DAEMON" ] || [ "${MW_STACKING:-1}" = 0 ] || [ "${MW_ROTATIONAL_DISKS:-0}" -lt 2 ] || "$HERE/guest-findings.sh" || log "queue findings checks failed: see findings/results.txt"
+# run-vm.sh --who PARTS: the "who" parts on the two extra NVMe disks (guest-who.sh, test_vm_who.py).
+[ -z "$DAEMON" ] || [ -z "${MW_WHO_PARTS:-}" ] || "$HERE/guest-who.sh" || log "who checks failed: see who/results.txt"
 # run-vm.sh --loader-cases: the loader cases in the same boot (one boot per kernel).
 [ -z "$DAEMON" ] || [ "${MW_LOADER_CASES:-0}" != 1 ] || "$HERE/guest-loader.sh" ||
 	log "loader cases failed: see loader-results.txt"

@@ -44,6 +44,9 @@
 #                          and the TLS checks after the cases (tests/vm/guest-release.sh)
 #     --release-root DIR   the Debian 11 root make release made with debootstrap (build/release/bullseye);
 #                          the guest writes into it only through its overlay (the host's copy stays pristine)
+#     --who "P..."         with --nvme-disks 2: after the findings, run tests/vm/guest-who.sh in the same
+#                          guest with these parts (backup luks write perlv): which cgroup a collapsed
+#                          pair's requests come from, and the per-volume series (test_vm_who.py)
 #     --script PATH        run PATH in the guest instead of tests/vm/guest-scenario.sh
 #     --append "WORDS"     add WORDS to the guest kernel's command line (e.g. lockdown=confidentiality)
 #     --no-stacking        skip guest-stacking.sh after the cases (a boot that checks only its cases)
@@ -66,7 +69,7 @@
 # MW_VM_DAEMON_ARGS, MW_VM_METRICS_URL, MW_VM_DETECT_WAIT, MW_VM_CASES,
 # MW_VM_FILE_MB, MW_VM_READER, MW_VM_BPFTRACE=1, MW_VM_SYSTEMD=1, MW_VM_PACKAGE, MW_VM_UNIT_DROPIN,
 # MW_VM_TIMEOUT, MW_VM_SMP, MW_VM_MEM, MW_VM_MULTIPATH=1, MW_VM_PART_DISK=1, MW_VM_NVME_DISKS, MW_VM_LOADER_CASES=1,
-# MW_VM_SCRIPT, MW_VM_RELEASE, MW_VM_RELEASE_ROOT;
+# MW_VM_SCRIPT, MW_VM_RELEASE, MW_VM_RELEASE_ROOT, MW_VM_WHO;
 # MW_VM_DIR is setup.sh's build dir (default <repo>/build/vm).
 #
 # Exit status: the guest scenario's status; 124 = qemu timed out; 125 = the
@@ -109,6 +112,7 @@ release_root=${MW_VM_RELEASE_ROOT:-}
 extra_append=${MW_VM_APPEND:-}
 stacking=${MW_VM_STACKING:-1}
 stack_parts=${MW_VM_STACK_PARTS:-}
+who_parts=${MW_VM_WHO:-}
 verbose=0
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d'; }
@@ -144,6 +148,7 @@ while [ $# -gt 0 ]; do
 	--append) extra_append=$2; shift 2 ;;
 	--no-stacking) stacking=0; shift ;;
 	--stack-parts) stack_parts=$2; shift 2 ;;
+	--who) who_parts=$2; shift 2 ;;
 	-v|--verbose) verbose=1; shift ;;
 	-h|--help) usage; exit 0 ;;
 	*) echo "run-vm.sh: unknown argument: $1 (see --help)" >&2; exit 2 ;;
@@ -234,6 +239,7 @@ touch "$out/.mw-vm-run"
 	printf 'MW_VIRTIO_BLK_DISKS=%q\n' "$virtio_blk_disks"
 	printf 'MW_STACKING=%q\n' "$stacking"
 	[ -n "$stack_parts" ] && printf 'MW_STACK_PARTS=%q\n' "$stack_parts"
+	[ -n "$who_parts" ] && printf 'MW_WHO_PARTS=%q\n' "$who_parts"
 	printf 'MW_LOADER_CASES=%q\n' "$loader_cases"
 	printf 'MW_RELEASE_TARBALL=%q\n' "$release"
 	printf 'MW_RELEASE_ROOT=%q\n' "$release_root"

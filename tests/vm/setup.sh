@@ -56,8 +56,9 @@ vmdir=$(cd "$vmdir" && pwd)
 # ---------------------------------------------------------------- packages
 # Host packages. The guest sees the host's / read-only, so these are the
 # guest's tools as well.
+# cryptsetup-bin: LVM on LUKS in guest-who.sh.
 pkgs=(qemu-system-x86 busybox-static kmod cpio lvm2 mdadm e2fsprogs fio curl iproute2
-      util-linux procps bpftrace gzip xz-utils zstd)
+      util-linux procps bpftrace gzip xz-utils zstd cryptsetup-bin)
 
 missing=()
 for p in "${pkgs[@]}"; do

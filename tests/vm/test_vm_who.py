@@ -1,0 +1,226 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Who: which service a collapsed pair's requests come from, and the per-volume series, on Debian's 6.1 (and
+5.10) kernels. tests/vm/guest-who.sh runs at the end of the scenario boot (run-vm.sh --who PARTS, after
+guest-findings.sh; vmtest.scenario_args), on the two extra NVMe disks (serials mwnvme1, mwnvme2), one daemon
+with 3 s windows for every part. Its files are in the boot's who/ directory.
+
+- backup: a backup (batched direct 64 KiB reads of a 4 KiB-chunk LVM snapshot) in /backup.slice beside random
+  8 KiB reads of the snapshot's origin in /db.slice, nomerges=2: the (disk, snapshot) pair pages, and its
+  requests are the backup's (mergewatch_collapse_service_request_ratio, /status "services", the onset line).
+- luks: the same on LVM on LUKS2. On 6.1 dm-crypt submits its read clones in the reader's task and traces them
+  as remaps (dm_submit_bio_remap, e5524e128f6f, v5.16): attributed as without the crypt hop. On 5.10 it
+  submitted its clones itself, untraced: the chain stops at the crypt device, the disk's requests come down no
+  remap chain, no pair names the snapshot and no service is named.
+- write: buffered writes from /writer.slice to ext4 on a 4 KiB-chunk snapshot's origin, written back by the
+  flusher, nomerges=2: with no controller enabled below the root the flusher's bios carry the root blkcg
+  ("writeback"); with +io +memory (cgroup writeback) they carry /writer.slice's.
+- perlv: two LVs of one disk read at once, 4 KiB random and 256 KiB sequential: per volume, requests, bytes and
+  device time at dispatch, and their sums equal to the disk's own counts.
+"""
+import json
+
+import pytest
+
+from mwtest import absent  # noqa: E402  (vmtest puts tests/ on the path)
+from vmtest import KERNELS, SCENARIOS, RunDir, find, get, scenario_boot, value
+
+WHO = {k: RunDir(SCENARIOS[k].file("who")) for k in SCENARIOS}
+RATIO = "mergewatch_collapse_service_request_ratio"
+COLLAPSE = "mergewatch_merge_collapse"
+
+
+def who_results(kernel):
+    scenario_boot(kernel)
+    run = WHO[kernel]
+    log = "\n".join(line for line in SCENARIOS[kernel].text("guest.log").splitlines() if "who:" in line)
+    if not run.exists("results.txt"):
+        pytest.fail(f"the {kernel} boot ran no guest-who.sh (run-vm.sh --who):\n{log[-3000:]}", pytrace=False)
+    res = run.results()
+    print(res)
+    assert "failed" not in res, f"guest-who.sh failed on {kernel}: {res['failed']}\n{log[-3000:]}"
+    assert res.get("done") == "1" and res.get("daemon_exit") == "0", res
+    return res
+
+
+@pytest.fixture(scope="module")
+def res61():
+    return who_results("6.1")
+
+
+@pytest.fixture(scope="module")
+def res510():
+    if "5.10" not in KERNELS:
+        pytest.skip("MW_VM_KERNELS leaves out 5.10")
+    return who_results("5.10")
+
+
+def shares(s, disk, upper):
+    """{cgroup: share} of the pair's mergewatch_collapse_service_request_ratio series."""
+    return {dict(k)["cgroup"]: v for k, v in find(s, RATIO, device=disk, upper=upper).items()}
+
+
+def verdict(run, name, disk, upper):
+    doc = json.loads(run.read(f"{name}-status.json"))
+    found = [v for v in doc["verdicts"]
+             if v.get("kind") == "merge_collapse" and (v["device"], v["upper"]) == (disk, upper)]
+    assert len(found) == 1, doc["verdicts"]
+    return found[0]
+
+
+def check_service_shape(s, disk, upper):
+    """The interface's bounds on one collapsed pair: at most four series, the top three and "other" (always
+    there), each 0..1, summing to 1."""
+    got = shares(s, disk, upper)
+    assert "other" in got and len(got) <= 4, got
+    assert all(0 <= v <= 1 for v in got.values()), got
+    assert sum(got.values()) == pytest.approx(1, abs=0.01), got
+    return got
+
+
+def check_backup_attributed(run, res, name):
+    """The (disk, snapshot) pair is raised and at least 90% of its requests in the last window are the backup's,
+    in the scrape, in /status (first of its services) and in the onset line; the service beside it (its reads
+    are the origin's pair) is not above 10% of the snapshot's pair."""
+    disk, snap, origin = res[f"{name}_disk"], res[f"{name}_snapshot"], res[f"{name}_origin"]
+    assert res[f"{name}_backup_cgroup"] == "/backup.slice" and res[f"{name}_db_cgroup"] == "/db.slice", res
+    s = run.samples(f"{name}.prom")
+    assert value(s, COLLAPSE, device=disk, upper=snap) == 1
+    got = check_service_shape(s, disk, snap)
+    assert got.get("/backup.slice", 0) > 0.9, got
+    assert got.get("/db.slice", 0) < 0.1, got
+    # Bounded: series only for a pair whose condition holds. The origin's random reads have no missed merges.
+    if value(s, "mergewatch_collapse_condition", device=disk, upper=origin) == 0:
+        assert absent(s, RATIO, device=disk, upper=origin), shares(s, disk, origin)
+    v = verdict(run, name, disk, snap)
+    assert v["state"] == "collapsed", v
+    services = v["services"]
+    assert services[0]["cgroup"] == "/backup.slice" and services[0]["share"] > 0.9, services
+    assert services[0]["requests"] > 0 and services[-1]["cgroup"] == "other", services
+    assert len(services) <= 4, services
+    check_onset_names(run, name, disk, snap, "/backup.slice")
+
+
+def check_onset_names(run, name, disk, upper, cgroup):
+    """The pair's onset line (the last in the log copied with the part's scrape: dm-N names are reused by later
+    parts) names `cgroup` first after "requests from:"."""
+    log = run.read(f"{name}-daemon.log")
+    onsets = [line for line in log.splitlines()
+              if f"merge collapse on {disk} (under {upper})" in line and "cleared" not in line]
+    assert onsets, log[-3000:]
+    assert "; requests from: " in onsets[-1], onsets[-1]
+    first = onsets[-1].split("; requests from: ", 1)[1].split(",")[0]
+    assert first.rstrip('"').endswith(f"% {cgroup}"), onsets[-1]
+
+
+def test_backup_in_its_cgroup_is_named_first(res61):
+    check_backup_attributed(WHO["6.1"], res61, "backup")
+
+
+def test_backup_through_lvm_on_luks_is_named_first_on_6_1(res61):
+    """6.1: dm-crypt's read clones are remapped in the reader's task (dm_submit_bio_remap, e5524e128f6f, v5.16):
+    the chain snapshot -> origin-real -> crypt -> disk reaches the disk, and the backup is named as without it."""
+    assert res61["luks_crypt_table"] == "crypt aes-xts-plain64", res61
+    assert res61["luks_waited"] == "1", res61
+    assert res61["luks_crypt"] in res61["luks_stack"].split(">")[1].split(","), res61  # the crypt device holds the disk
+    check_backup_attributed(WHO["6.1"], res61, "luks")
+
+
+def check_writeback(name, expected):
+    res, run = WHO["6.1"].results(), WHO["6.1"]
+    disk, origin = res["write_disk"], res["write_origin"]
+    assert res[f"{name}_writer_cgroup"] == "/writer.slice", res
+    s = run.samples(f"{name}.prom")
+    assert value(s, COLLAPSE, device=disk, upper=origin) == 1
+    got = check_service_shape(s, disk, origin)
+    top = max((c for c in got if c != "other"), key=got.get)
+    assert top == expected, got
+    services = verdict(run, name, disk, origin)["services"]
+    assert services[0]["cgroup"] == expected, services
+    check_onset_names(run, name, disk, origin, expected)
+    return got
+
+
+def test_writeback_without_the_io_controller_is_writeback(res61):
+    """No controller enabled below the root: the pages are charged to the root memory cgroup, the inode's wb is
+    the root's, and the flusher's bios carry the root blkcg: no cgroup is known, the label is "writeback"."""
+    assert res61["write_off_subtree_control"] == "", res61
+    check_writeback("write-off", "writeback")
+
+
+def test_writeback_with_the_io_controller_is_the_writers_cgroup(res61):
+    """+io +memory below the root: cgroup writeback (inode_cgwb_enabled()) gives /writer.slice its own wb, and
+    wbc_init_bio() gives the flusher's bios its blkcg."""
+    assert set(res61["write_on_writer_controllers"].split()) >= {"io", "memory"}, res61
+    check_writeback("write-on", "/writer.slice")
+
+
+def perlv_deltas(run):
+    s0, s1 = run.samples("perlv-before.prom"), run.samples("perlv-after.prom")
+
+    def delta(name, **labels):
+        return value(s1, name, **labels) - get(s0, name, **labels)
+    return delta
+
+
+def test_per_volume_sizes_and_device_time(res61):
+    """4 KiB random reads of one LV and 256 KiB sequential reads of the other, at once: per origin the dispatched
+    bytes per request are the readers' sizes, and the large requests spend longer in the device per request."""
+    run, disk = WHO["6.1"], res61["perlv_disk"]
+    delta = perlv_deltas(run)
+    size, latency = {}, {}
+    for lv in ("small", "large"):
+        o = res61[f"perlv_{lv}"]
+        n = delta("mergewatch_remapped_dispatched_requests_total", device=disk, origin=o, op="read")
+        assert n > 100, (lv, n)
+        size[lv] = delta("mergewatch_remapped_dispatched_bytes_total", device=disk, origin=o, op="read") / n
+        count = delta("mergewatch_remapped_request_latency_seconds_count", device=disk, origin=o, op="read")
+        assert count == n, (lv, count, n)
+        latency[lv] = delta("mergewatch_remapped_request_latency_seconds_sum", device=disk, origin=o, op="read") / count
+    assert size["small"] == pytest.approx(4096, rel=0.01), size
+    assert size["large"] >= 64 << 10, size
+    assert latency["large"] > latency["small"], latency
+
+
+def test_per_volume_series_sum_to_the_disk(res61):
+    """Every request of the disk came through one of the two LVs (nothing else touches mwnvme1, both scrapes idle):
+    summed over origins, requests, bytes and latency samples equal the disk's own, and /sys/block/X/stat's."""
+    run, disk = WHO["6.1"], res61["perlv_disk"]
+    delta = perlv_deltas(run)
+    origins = [res61["perlv_small"], res61["perlv_large"]]
+
+    def total(name):
+        return sum(delta(name, device=disk, origin=o, op="read") for o in origins)
+    requests = delta("mergewatch_request_size_bytes_count", device=disk, op="read")
+    before, after = ([int(x) for x in run.read(f"perlv-stat-{w}.txt").split()] for w in ("before", "after"))
+    assert requests == after[0] - before[0] > 0, (requests, before, after)
+    assert total("mergewatch_remapped_dispatched_requests_total") == requests
+    assert total("mergewatch_remapped_dispatched_bytes_total") == \
+        delta("mergewatch_request_size_bytes_sum", device=disk, op="read") == (after[2] - before[2]) * 512
+    assert total("mergewatch_remapped_request_latency_seconds_count") == \
+        delta("mergewatch_request_latency_seconds_count", device=disk, op="read")
+    # The counter that was there before: requests created per origin (the same requests, at block_getrq).
+    assert total("mergewatch_remapped_requests_total") == requests
+
+
+def test_backup_in_its_cgroup_is_named_first_on_5_10(res510):
+    check_backup_attributed(WHO["5.10"], res510, "backup")
+
+
+def test_lvm_on_luks_is_not_attributed_on_5_10(res510):
+    """5.10's dm-crypt submits its read clones itself (submit_bio_noacct, no block_bio_remap: it calls
+    dm_submit_bio_remap only since e5524e128f6f, v5.16), so the remap chain stops at the crypt device: the disk's
+    requests are its own (upper=""), no pair names the snapshot, no service is named, and no request of the disk is
+    counted under an origin. The reads did run at nomerges=2 (4 KiB requests, about all of them missed merges)."""
+    run, res = WHO["5.10"], res510
+    disk, snap = res["luks_disk"], res["luks_snapshot"]
+    assert res["luks_waited"] == "0", res
+    for i in range(1, 5):
+        s = run.samples(f"luks-poll-{i}.prom")
+        assert absent(s, COLLAPSE, device=disk, upper=snap) or value(s, COLLAPSE, device=disk, upper=snap) == 0
+        assert not find(s, RATIO, device=disk), find(s, RATIO, device=disk)
+        assert not find(s, "mergewatch_remapped_requests_total", device=disk)
+        assert not find(s, "mergewatch_remapped_dispatched_requests_total", device=disk)
+    s = run.samples("luks.prom")
+    assert value(s, "mergewatch_collapse_lower_request_bytes", device=disk, upper="") == pytest.approx(4096, rel=0.1)
+    v = [v for v in json.loads(run.read("luks-status.json"))["verdicts"] if v.get("device") == disk]
+    assert all(v_["upper"] != snap and not v_.get("services") for v_ in v), v
