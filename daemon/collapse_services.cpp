@@ -5,8 +5,12 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
+
+#include "log.h"
 
 namespace mergewatch {
 
@@ -24,7 +28,26 @@ CgroupHost ReadCgroupHost(const std::string& mountinfo) {
   return host;
 }
 
+CgroupHost ReadCgroupHostAt(const std::string& procfs_root) {
+  std::ifstream in(procfs_root + "/self/mountinfo");
+  std::stringstream text;
+  text << in.rdbuf();
+  return ReadCgroupHost(text.str());
+}
+
 CollapseServices::CollapseServices(CgroupNames names, Duration window) : names_(std::move(names)), window_(window) {}
+
+CollapseServices CollapseServices::ForHost(const std::string& procfs_root, Duration window) {
+  const CgroupHost host = ReadCgroupHostAt(procfs_root);
+  CgroupNamesOptions options;
+  options.blkcg_ids_on_cgroup2 = !host.io_on_v1;
+  if (host.mount)
+    LogInfo("services behind a collapse are named from the cgroup2 tree at " + *host.mount +
+            (host.io_on_v1 ? " (io controller on cgroup v1: page-cache writes are \"writeback\")" : ""));
+  else
+    LogInfo("no cgroup2 mount: the services behind a collapse are not named (\"unattributed (cgroup v1)\")");
+  return CollapseServices(CgroupNames(host.mount, KernfsIdOf, options), window);
+}
 
 namespace {
 

@@ -27,10 +27,14 @@ struct CgroupHost {
 };
 // From a /proc/self/mountinfo text; the root id read from the mount (kept 1 if it cannot be read).
 CgroupHost ReadCgroupHost(const std::string& mountinfo);
+// From <procfs_root>/self/mountinfo (no file: no cgroup2 mount).
+CgroupHost ReadCgroupHostAt(const std::string& procfs_root);
 
 class CollapseServices {
  public:
   CollapseServices(CgroupNames names, Duration window);
+  // Named from this host's cgroup2 tree (ReadCgroupHostAt); the log says which, or that there is none.
+  static CollapseServices ForHost(const std::string& procfs_root, Duration window);
 
   // Sets the services of each verdict whose condition holds and that has an upper device;
   // clears them on every other verdict.

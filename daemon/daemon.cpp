@@ -6,11 +6,9 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <regex>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -116,28 +114,8 @@ int StartEvidence(SourceChoice choice, EvidenceSources* sources, SourceStatus* s
   return kExitOk;
 }
 
-std::string ReadMountinfo(const Config& config) {
-  std::ifstream in(config.procfs_root + "/self/mountinfo");
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// The cgroup2 tree the services are named from; what the log says when there is none.
-CollapseServices ServicesOf(const Config& config) {
-  const CgroupHost host = ReadCgroupHost(ReadMountinfo(config));
-  CgroupNamesOptions options;
-  options.blkcg_ids_on_cgroup2 = !host.io_on_v1;
-  if (host.mount)
-    LogInfo("services behind a collapse are named from the cgroup2 tree at " + *host.mount +
-            (host.io_on_v1 ? " (io controller on cgroup v1: page-cache writes are \"writeback\")" : ""));
-  else
-    LogInfo("no cgroup2 mount: the services behind a collapse are not named (\"unattributed (cgroup v1)\")");
-  return CollapseServices(CgroupNames(host.mount, KernfsIdOf, options), config.collapse.window);
-}
-
 ProbeOptions LoaderOptions(const Config& config) {
-  const CgroupHost host = ReadCgroupHost(ReadMountinfo(config));
+  const CgroupHost host = ReadCgroupHostAt(config.procfs_root);
   ProbeOptions options;
   options.cgroup_root_id = host.root_id;
   options.blkcg_on_cgroup2 = host.mount.has_value() && !host.io_on_v1;
@@ -244,7 +222,7 @@ int RunDaemon(const Config& config) {
   topology.OnScan(PublishEachScan(&names, &watch, state.get(), status.kernel_release));
   sources.FollowTopology(*topology.current());
   CollapseDetector detector(config.collapse);
-  CollapseServices services = ServicesOf(config);
+  CollapseServices services = CollapseServices::ForHost(config.procfs_root, config.collapse.window);
   state->Publish(topology.current(), detector.Verdicts());
   http.status = [state] { return StatusJson({VersionString(), state->Verdicts(), state->Findings()}); };
 
