@@ -250,10 +250,12 @@ part_perlv() {
 	scrape perlv-before
 	log "perlv: 4 KiB random reads of vgpv/small and 256 KiB sequential reads of vgpv/large, 20 s"
 	fio --name=small --readonly --direct=1 --rw=randread --bs=4k --ioengine=libaio --iodepth=8 \
-		--filename=/dev/vgpv/small --time_based --runtime=20 --output="$OUT/perlv-small-fio.txt" &
+		--filename=/dev/vgpv/small --time_based --runtime=20 --output-format=json \
+		--output="$OUT/perlv-small-fio.txt" &
 	loads+=($!)
 	fio --name=large --readonly --direct=1 --rw=read --bs=256k --ioengine=libaio --iodepth=8 \
-		--filename=/dev/vgpv/large --time_based --runtime=20 --output="$OUT/perlv-large-fio.txt" &
+		--filename=/dev/vgpv/large --time_based --runtime=20 --output-format=json \
+		--output="$OUT/perlv-large-fio.txt" &
 	loads+=($!)
 	for i in "${loads[@]}"; do wait "$i"; done
 	loads=()

@@ -162,9 +162,19 @@ def perlv_deltas(run):
     return delta
 
 
+def fio_completion_seconds(run, lv):
+    """The mean completion latency fio saw for its reads of the LV (submission to completion, the device's time
+    and the block layer's around it)."""
+    return json.loads(run.read(f"perlv-{lv}-fio.txt"))["jobs"][0]["read"]["clat_ns"]["mean"] / 1e9
+
+
 def test_per_volume_sizes_and_device_time(res61):
     """4 KiB random reads of one LV and 256 KiB sequential reads of the other, at once: per origin the dispatched
-    bytes per request are the readers' sizes, and the large requests spend longer in the device per request."""
+    bytes per request are the readers' sizes, and each volume's device time per request is its own reader's: at
+    most the completion latency fio measured for that reader, and a good part of it (measured 45-49% under TCG,
+    where dm, the block layer and the emulated interrupt take the rest: 0.89 ms of 1.84 and 0.91 of 2.04). TCG's
+    emulated NVMe serves both readers from one queue, so their device times differ by a few percent only (1.08
+    and 1.13 ms in another boot): an order between them is asserted only where fio saw one."""
     run, disk = WHO["6.1"], res61["perlv_disk"]
     delta = perlv_deltas(run)
     size, latency = {}, {}
@@ -178,7 +188,13 @@ def test_per_volume_sizes_and_device_time(res61):
         latency[lv] = delta("mergewatch_remapped_request_latency_seconds_sum", device=disk, origin=o, op="read") / count
     assert size["small"] == pytest.approx(4096, rel=0.01), size
     assert size["large"] >= 64 << 10, size
-    assert latency["large"] > latency["small"], latency
+    fio = {lv: fio_completion_seconds(run, lv) for lv in ("small", "large")}
+    for lv in ("small", "large"):
+        assert 0.2 * fio[lv] <= latency[lv] <= 1.05 * fio[lv], (lv, latency, fio)
+    if fio["large"] > 1.3 * fio["small"]:
+        assert latency["large"] > latency["small"], (latency, fio)
+    elif fio["small"] > 1.3 * fio["large"]:
+        assert latency["small"] > latency["large"], (latency, fio)
 
 
 def test_per_volume_series_sum_to_the_disk(res61):
@@ -208,19 +224,22 @@ def test_backup_in_its_cgroup_is_named_first_on_5_10(res510):
 
 def test_lvm_on_luks_is_not_attributed_on_5_10(res510):
     """5.10's dm-crypt submits its read clones itself (submit_bio_noacct, no block_bio_remap: it calls
-    dm_submit_bio_remap only since e5524e128f6f, v5.16), so the remap chain stops at the crypt device: the disk's
-    requests are its own (upper=""), no pair names the snapshot, no service is named, and no request of the disk is
-    counted under an origin. The reads did run at nomerges=2 (4 KiB requests, about all of them missed merges)."""
+    dm_submit_bio_remap only since e5524e128f6f, v5.16), so the remap chain stops at the crypt device: no request
+    of the disk is counted under an origin, created or dispatched, and no service is named in any of four scrapes
+    taken while the backup and the service read, nor in /status. The detector still pages the disk, as without
+    remap data: with no remapped request in its window it takes the stacked device with the largest bios as the
+    upper device (docs/detector.md), here the snapshot, whose share of the disk's requests reads 0 (measured:
+    1,094-3,343 requests/s of 5.4 KiB, 65-68% missed merges)."""
     run, res = WHO["5.10"], res510
-    disk, snap = res["luks_disk"], res["luks_snapshot"]
-    assert res["luks_waited"] == "0", res
+    disk = res["luks_disk"]
+    assert res["luks_waited"] == "0" and res["luks_crypt_table"] == "crypt aes-xts-plain64", res
     for i in range(1, 5):
         s = run.samples(f"luks-poll-{i}.prom")
-        assert absent(s, COLLAPSE, device=disk, upper=snap) or value(s, COLLAPSE, device=disk, upper=snap) == 0
-        assert not find(s, RATIO, device=disk), find(s, RATIO, device=disk)
         assert not find(s, "mergewatch_remapped_requests_total", device=disk)
         assert not find(s, "mergewatch_remapped_dispatched_requests_total", device=disk)
-    s = run.samples("luks.prom")
-    assert value(s, "mergewatch_collapse_lower_request_bytes", device=disk, upper="") == pytest.approx(4096, rel=0.1)
-    v = [v for v in json.loads(run.read("luks-status.json"))["verdicts"] if v.get("device") == disk]
-    assert all(v_["upper"] != snap and not v_.get("services") for v_ in v), v
+        named = {dict(k)["cgroup"]: v for k, v in find(s, RATIO, device=disk).items() if dict(k)["cgroup"] != "other"}
+        assert not named, named
+        guessed = find(s, "mergewatch_collapse_upper_request_ratio", device=disk)
+        assert all(v == 0 for k, v in guessed.items() if dict(k)["upper"]), guessed
+    verdicts = [v for v in json.loads(run.read("luks-status.json"))["verdicts"] if v.get("device") == disk]
+    assert all(s_["cgroup"] == "other" for v in verdicts for s_ in v.get("services", [])), verdicts
