@@ -210,7 +210,7 @@ int RunDaemon(const Config& config) {
   // Scrapes name devices from the topology while the events say it is current, else by sysfs.
   TopologyNames names(namer, watch.fd() >= 0 ? std::function<bool()>([&watch] { return watch.Unread(); })
                                              : std::function<bool()>());
-  auto state = std::make_shared<StateCollector>();
+  auto state = std::make_shared<StateCollector>(config.devices);
   std::vector<std::shared_ptr<prometheus::Collectable>> collectables =
       Collectables(config, active, names, status, state, http, sources);
 
@@ -231,7 +231,9 @@ int RunDaemon(const Config& config) {
   // returns only once no scrape runs.
   std::unique_ptr<HttpServer> server = HttpServer::Start(
       listeners.Release(), http,
-      [collectables, devices = config.devices] { return RenderScrape(collectables, devices); }, &error);
+      [collectables, topology_text = RenderedFamilies([state] { return state->TopologyText(); }),
+       devices = config.devices] { return RenderScrape(collectables, {topology_text}, devices); },
+      &error);
   if (!server) return Fail(error, kExitListen);
   LogInfo("listening on " + listen_names + (http.web.tls() ? " (TLS)" : "") +
           (http.web.users.empty() ? "" : " (basic auth)") + ", metrics at " + config.telemetry_path +

@@ -328,11 +328,11 @@ void ExpositionWriter::Write(const std::vector<MetricFamily>& families, std::str
   }
 }
 
-std::string RenderExposition(const std::vector<MetricFamily>& families) {
+std::string RenderExposition(const std::vector<MetricFamily>& families, size_t tail_bytes) {
   // The text is about the same size every scrape: one allocation instead of a dozen doublings.
   static std::atomic<size_t> last_size{0};
   std::string out;
-  out.reserve(last_size.load(std::memory_order_relaxed) * 9 / 8);
+  out.reserve(last_size.load(std::memory_order_relaxed) * 9 / 8 + tail_bytes);
   ExpositionWriter().Write(families, &out);
   last_size.store(out.size(), std::memory_order_relaxed);
   return out;

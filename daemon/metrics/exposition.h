@@ -51,7 +51,8 @@ class ExpositionWriter {
   std::string labels_;  // the current series' label block, without braces
 };
 
-// The families as exposition text (ExpositionWriter).
-std::string RenderExposition(const std::vector<prometheus::MetricFamily>& families);
+// The families as exposition text (ExpositionWriter), in a string with room for `tail_bytes` more
+// (text the caller appends).
+std::string RenderExposition(const std::vector<prometheus::MetricFamily>& families, size_t tail_bytes = 0);
 
 }  // namespace mergewatch

@@ -9,7 +9,7 @@
 namespace mergewatch {
 
 std::string RenderScrape(const std::vector<std::shared_ptr<prometheus::Collectable>>& collectables,
-                         const DeviceFilter& devices) {
+                         const std::vector<RenderedFamilies>& rendered, const DeviceFilter& devices) {
   std::vector<prometheus::MetricFamily> families;
   for (const auto& collectable : collectables) {
     try {
@@ -19,7 +19,19 @@ std::string RenderScrape(const std::vector<std::shared_ptr<prometheus::Collectab
     }
   }
   DropExcludedDevices(devices, &families);
-  return RenderExposition(std::move(families));
+  std::vector<std::shared_ptr<const std::string>> parts;
+  size_t tail_bytes = 0;
+  for (const RenderedFamilies& part : rendered) {
+    try {
+      parts.push_back(part());
+      tail_bytes += parts.back()->size();
+    } catch (const std::exception& e) {
+      LogError(std::string("scrape: rendering families failed: ") + e.what());
+    }
+  }
+  std::string text = RenderExposition(families, tail_bytes);
+  for (const auto& part : parts) text += *part;
+  return text;
 }
 
 }  // namespace mergewatch

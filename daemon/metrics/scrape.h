@@ -3,6 +3,7 @@
 // made UTF-8, in the text format.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,8 +14,11 @@
 
 namespace mergewatch {
 
+// Families already rendered and filtered (StateCollector::TopologyText), appended as they are.
+using RenderedFamilies = std::function<std::shared_ptr<const std::string>()>;
+
 // A collector that throws is logged and left out; the others are still rendered.
 std::string RenderScrape(const std::vector<std::shared_ptr<prometheus::Collectable>>& collectables,
-                         const DeviceFilter& devices);
+                         const std::vector<RenderedFamilies>& rendered, const DeviceFilter& devices);
 
 }  // namespace mergewatch

@@ -5,6 +5,7 @@
 #include <initializer_list>
 #include <utility>
 
+#include "metrics/exposition.h"
 #include "metrics/metric_names.h"
 
 namespace mergewatch {
@@ -192,22 +193,37 @@ std::vector<QueueFinding> StateCollector::Findings() const {
 }
 
 std::vector<MetricFamily> StateCollector::Collect() const {
-  std::shared_ptr<const Topology> topology;
   std::vector<DiskVerdict> verdicts;
   std::vector<QueueFinding> findings;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    topology = topology_;
     verdicts = verdicts_;
     findings = findings_;
   }
-  std::vector<MetricFamily> families = TopologyFamilies(*topology);
-  for (MetricFamily& f : FindingFamilies(findings)) families.push_back(std::move(f));
+  std::vector<MetricFamily> families = FindingFamilies(findings);
   std::vector<MetricFamily> collapse = CollapseFamilies(verdicts);
   families.reserve(families.size() + collapse.size());
   for (MetricFamily& f : collapse) families.push_back(std::move(f));
   for (MetricFamily& f : SplitFamilies(verdicts)) families.push_back(std::move(f));
   return families;
+}
+
+std::shared_ptr<const std::string> StateCollector::TopologyText() const {
+  std::shared_ptr<const Topology> topology;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    topology = topology_;
+  }
+  std::lock_guard<std::mutex> lock(rendered_mutex_);
+  if (topology != rendered_topology_ || !rendered_text_) {
+    std::vector<MetricFamily> families = TopologyFamilies(*topology);
+    DropExcludedDevices(devices_, &families);
+    std::string text;
+    ExpositionWriter().Write(families, &text);
+    rendered_text_ = std::make_shared<const std::string>(std::move(text));
+    rendered_topology_ = std::move(topology);
+  }
+  return rendered_text_;
 }
 
 }  // namespace mergewatch
