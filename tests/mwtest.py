@@ -225,7 +225,8 @@ def _bpf_syscall(cmd, attr):
 def undone_dispatches(pid, dev_path, op=0):
     """Dispatches of the block device at `dev_path` (REQ_OP `op`, 0 = read) that the daemon `pid`'s
     in-flight table still holds with neither a completion nor a requeue seen (struct mw_inflight in
-    include/mergewatch/abi.h: rq, insert_ns, issue_ns, u32 requeued, op, major, minor, u64 diskseq).
+    include/mergewatch/abi.h: rq, insert_ns, issue_ns, u32 requeued, op, devt (major << 20 | minor), origin,
+    u64 diskseq; a completion frees the slot: rq 0).
     Once the device is idle each is a latency sample lost, which the daemon counts under
     complete_not_seen only when the request is next dispatched."""
     map_ids = set()
@@ -246,7 +247,7 @@ def undone_dispatches(pid, dev_path, op=0):
     rdev = os.stat(dev_path).st_rdev
     with open(f"/sys/block/{os.path.basename(dev_path)}/diskseq") as f:
         diskseq = int(f.read())
-    want = (op, os.major(rdev), os.minor(rdev), diskseq)
+    want = (op, os.major(rdev) << 20 | os.minor(rdev), diskseq)  # MW_MKDEV
     fd = _bpf_syscall(14, (ctypes.c_uint32 * 3)(info["id"], 0, 0))  # BPF_MAP_GET_FD_BY_ID
     try:
         key, value_buf = ctypes.c_uint32(0), ctypes.create_string_buffer(48)
@@ -256,8 +257,9 @@ def undone_dispatches(pid, dev_path, op=0):
         for slot in range(info["max_entries"]):
             key.value = slot
             _bpf_syscall(1, attr)
-            rq, _insert, issue, requeued, *dev = struct.unpack("<QQQIIIIQ", value_buf.raw)
-            if rq and issue and not requeued and tuple(dev) == want:
+            rq, _insert, issue, requeued, slot_op, devt, _origin, slot_diskseq = struct.unpack("<QQQIIIIQ",
+                                                                                              value_buf.raw)
+            if rq and issue and not requeued and (slot_op, devt, slot_diskseq) == want:
                 undone += 1
         return undone
     finally:
