@@ -343,9 +343,7 @@ static __always_inline __u32 MW_FN(dispatch_volume)(const struct mw_dev_key *key
 	/* One left by a request this dispatch is not (a front merge moved it on, then it stayed). */
 	if (now - link->at_ns > MW_DISPATCH_MAX_AGE_NS)
 		return 0;
-	pair = (struct mw_origin_key){ .major = key->major, .minor = key->minor,
-				       .origin_major = origin >> MW_MINORBITS, .origin_minor = origin & MW_MINORMASK,
-				       .op = key->op, .diskseq = key->diskseq };
+	pair_key(&pair, key, origin);
 	volume = origin_stats_at(&pair, true);
 	if (!volume)
 		return 0;
@@ -513,10 +511,11 @@ static __always_inline int MW_FN(handle_rq_complete)(const struct mw_run *run, s
 	if (stats)
 		hist_add(stats->latency_slots, &stats->latency_sum_ns, latency, MW_LAT_MIN_SHIFT, MW_LAT_SLOTS);
 	if (origin) {
-		struct mw_origin_key pair = { .major = key.major, .minor = key.minor,
-					      .origin_major = origin >> MW_MINORBITS,
-					      .origin_minor = origin & MW_MINORMASK, .op = key.op, .diskseq = key.diskseq };
-		struct mw_origin_stats *volume = origin_stats_at(&pair, false);
+		struct mw_origin_key pair;
+		struct mw_origin_stats *volume;
+
+		pair_key(&pair, &key, origin);
+		volume = origin_stats_at(&pair, false);
 
 		if (volume)
 			hist_add(volume->latency_slots, &volume->latency_sum_ns, latency, MW_LAT_MIN_SHIFT,
@@ -701,13 +700,7 @@ static __always_inline struct mw_origin_stats *MW_FN(origin_stats_of)(const stru
 	} else {
 		bpf_map_delete_elem(&remap_origin, &at);
 	}
-	pair->major = disk_key->major;
-	pair->minor = disk_key->minor;
-	pair->origin_major = chain->origin >> MW_MINORBITS;
-	pair->origin_minor = chain->origin & MW_MINORMASK;
-	pair->op = disk_key->op;
-	pair->pad = 0;
-	pair->diskseq = disk_key->diskseq;
+	pair_key(pair, disk_key, chain->origin);
 	return origin_stats_at(pair, true);
 }
 

@@ -496,6 +496,18 @@ static __always_inline void hist_add(__u64 *slots, __u64 *sum, __u64 value, __u3
 	*sum += value;
 }
 
+/* The key of the pair (the disk as the event keyed it, op and diskseq included; the upper device's dev_t). */
+static __always_inline void pair_key(struct mw_origin_key *pair, const struct mw_dev_key *disk, __u32 origin)
+{
+	pair->major = disk->major;
+	pair->minor = disk->minor;
+	pair->origin_major = origin >> MW_MINORBITS;
+	pair->origin_minor = origin & MW_MINORMASK;
+	pair->op = disk->op;
+	pair->pad = 0;
+	pair->diskseq = disk->diskseq;
+}
+
 /* The (disk, upper device) pair's slot: origin_stats, else its spill map; created if `create`. */
 static __always_inline struct mw_origin_stats *origin_stats_at(const struct mw_origin_key *key, bool create)
 {
