@@ -241,6 +241,7 @@ void CollapseDetector::UpdateDisk(const std::string& name, const Totals& delta,
     e.upper.clear();
     e.upper_mean_bio_bytes = 0;
     e.upper_request_share = 0;
+    e.upper_by_remap = true;
   }
   Step({name, ""}, now, e, seconds, topology, next, events);
 }
@@ -281,9 +282,12 @@ void CollapseDetector::Step(const PairKey& key, TimePoint now, CollapseEvidence 
   state.condition = seconds > 0 && Condition(state.evidence);
   // The alert's upper label stays put while raised, and otherwise follows the upper
   // device that last showed bios: a label that flips would end one series and start another.
+  // Not past what makes the guess void: remap data deciding it, or the device gone (a label
+  // naming a removed LV, kept from before any remap, was seen on a disk reused for md RAID0).
   if (!key.second.empty()) {
     state.upper = key.second;
-  } else if (!state.raised && (state.evidence.upper_mean_bio_bytes > 0 || state.upper.empty())) {
+  } else if (!state.raised && (state.evidence.upper_mean_bio_bytes > 0 || state.upper.empty() ||
+                               state.evidence.upper_by_remap || topology.FindByName(state.upper) == nullptr)) {
     state.upper = state.evidence.upper;
   }
   if (state.condition) {

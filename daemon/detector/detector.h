@@ -73,6 +73,9 @@ struct CollapseEvidence {
   std::string upper;
   double upper_mean_bio_bytes = 0;   // 0 when the upper device received no bios in the window
   double upper_request_share = 0;    // share of the disk's requests remapped from upper
+  // The remap chain decided `upper` (for the rest of a disk with remap data: "", those requests came down no
+  // chain), rather than a guess from bio sizes that a quiet window would leave unknown.
+  bool upper_by_remap = false;
   // Reduced evidence (the diskstats source): no missed merges or runs; the condition rests on
   // the mean sizes, the merge share and the queue settings instead (ReducedCondition).
   bool reduced = false;

@@ -279,6 +279,33 @@ TEST(CollapseDetector, NamesTheTopOfTheStackBeforeAnyBioWasSeen) {
   EXPECT_EQ(f.Verdict().upper, "dm-3");
 }
 
+// The guessed label is kept through quiet windows, but not once its device is gone, nor once remap data
+// says the disk's other requests came down no chain (the VM's dm-only daemon once labelled md RAID0's
+// evidence with an LV removed minutes before).
+TEST(CollapseDetector, TheGuessedUpperLabelEndsWithItsDevice) {
+  CollapsePolicy policy;
+  Feeder f(policy, SnapshotStack(2), kNvmeMajor, 0);
+  f.Run(3, Load{10, 4096, 0, 0, 0, 0});
+  ASSERT_EQ(f.Verdict().upper, "dm-3");
+  f.SetTopology(Topology::FromDevices({Disk("nvme1n1", DeviceKind::kNvme, kNvmeMajor, 0, 2)}));
+  f.Run(2, Load{10, 4096, 0, 0, 0, 0});
+  EXPECT_EQ(f.Verdict().upper, "");
+}
+
+TEST(CollapseDetector, TheRestOfADiskWithRemapDataHasNoGuessedUpper) {
+  CollapsePolicy policy;
+  Feeder f(policy, SnapshotStack(2), kNvmeMajor, 0);
+  f.Run(3, Load{10, 4096, 0, 0, 0, 0});
+  ASSERT_EQ(f.Verdict().upper, "dm-3");
+  Load half{20, 4096, 0, 0, 0, 0};
+  half.remapped_from_dm3 = 10;
+  f.Run(2, half);
+  std::vector<std::string> uppers;
+  for (const DiskVerdict& v : f.detector().Verdicts()) uppers.push_back(v.upper);
+  std::sort(uppers.begin(), uppers.end());
+  EXPECT_EQ(uppers, (std::vector<std::string>{"", "dm-3"}));
+}
+
 TEST(CollapseDetector, DmDevicePassingSmallBiosThroughIsNotTheSnapshotPattern) {
   CollapsePolicy policy;
   policy.raise_after = seconds(2);
