@@ -467,8 +467,8 @@ void HttpServer::CutLateConnections(size_t loop) {
     // not a timeout.
     char byte;
     if (recv(conn->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0) continue;
+    ++counts_->timed_out_request;  // before the cut, as evicted
     Cut(conn);
-    ++counts_->timed_out_request;
   }
 }
 
@@ -530,8 +530,9 @@ void HttpServer::CutEvicted(size_t loop) {
     }
     conn->evicting = false;
     if (conn->cut) continue;
-    Cut(conn);
+    // Counted before the cut: a client (or test) that sees its connection closed sees it counted.
     ++counts_->evicted;
+    Cut(conn);
   }
   chosen.resize(kept);
 }
