@@ -215,7 +215,7 @@ std::shared_ptr<const std::string> StateCollector::TopologyText() const {
     topology = topology_;
   }
   std::lock_guard<std::mutex> lock(rendered_mutex_);
-  if (topology != rendered_topology_ || !rendered_text_) {
+  if (topology != rendered_topology_) {  // topology_ is never null: the first call renders
     std::vector<MetricFamily> families = TopologyFamilies(*topology);
     DropExcludedDevices(devices_, &families);
     std::string text;

@@ -272,30 +272,31 @@ TEST(CollapseDetector, RequiresTheDmDeviceOnTopByDefault) {
   EXPECT_EQ(stacked.Verdict().upper, "dm-3");
 }
 
+// The 2019 stack after three seconds of a few small requests: no bio and no remap seen, the upper guessed.
+const Load kFewSmallRequests{10, 4096, 0, 0, 0, 0};
+Feeder GuessedUpperFeeder() {
+  Feeder f(CollapsePolicy(), SnapshotStack(2), kNvmeMajor, 0);
+  f.Run(3, kFewSmallRequests);
+  return f;
+}
+
 TEST(CollapseDetector, NamesTheTopOfTheStackBeforeAnyBioWasSeen) {
-  CollapsePolicy policy;
-  Feeder f(policy, SnapshotStack(2), kNvmeMajor, 0);
-  f.Run(3, Load{10, 4096, 0, 0, 0, 0});
-  EXPECT_EQ(f.Verdict().upper, "dm-3");
+  EXPECT_EQ(GuessedUpperFeeder().Verdict().upper, "dm-3");
 }
 
 // The guessed label is kept through quiet windows, but not once its device is gone, nor once remap data
 // says the disk's other requests came down no chain (the VM's dm-only daemon once labelled md RAID0's
 // evidence with an LV removed minutes before).
 TEST(CollapseDetector, TheGuessedUpperLabelEndsWithItsDevice) {
-  CollapsePolicy policy;
-  Feeder f(policy, SnapshotStack(2), kNvmeMajor, 0);
-  f.Run(3, Load{10, 4096, 0, 0, 0, 0});
+  Feeder f = GuessedUpperFeeder();
   ASSERT_EQ(f.Verdict().upper, "dm-3");
   f.SetTopology(Topology::FromDevices({Disk("nvme1n1", DeviceKind::kNvme, kNvmeMajor, 0, 2)}));
-  f.Run(2, Load{10, 4096, 0, 0, 0, 0});
+  f.Run(2, kFewSmallRequests);
   EXPECT_EQ(f.Verdict().upper, "");
 }
 
 TEST(CollapseDetector, TheRestOfADiskWithRemapDataHasNoGuessedUpper) {
-  CollapsePolicy policy;
-  Feeder f(policy, SnapshotStack(2), kNvmeMajor, 0);
-  f.Run(3, Load{10, 4096, 0, 0, 0, 0});
+  Feeder f = GuessedUpperFeeder();
   ASSERT_EQ(f.Verdict().upper, "dm-3");
   Load half{20, 4096, 0, 0, 0, 0};
   half.remapped_from_dm3 = 10;
