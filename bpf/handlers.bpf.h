@@ -172,7 +172,7 @@ static __always_inline struct blk_plug *MW_FN(current_plug)(void)
 /* Does the request at `rq` (a number) still sit in the scheduler, inserted and not issued? */
 static __always_inline bool MW_FN(still_queued)(__u64 rq)
 {
-	struct mw_inflight *slot = inflight_slot_of(rq, 0, false);
+	struct mw_inflight *slot = inflight_slot_of(rq, 0, MW_SLOT_FIND);
 
 	return slot && slot->insert_ns && !slot->issue_ns;
 }
@@ -301,10 +301,11 @@ static __always_inline void MW_FN(enter_scheduler)(const struct mw_run *run, str
 	bpf_map_update_elem(&sched_queued, &key, entry, BPF_ANY);
 }
 
-static __always_inline int MW_FN(handle_rq_insert)(const struct mw_run *run, struct request *rq)
+static __always_inline int MW_FN(handle_rq_insert)(const struct mw_run *run, struct request *rq,
+						 enum mw_slot_access claim)
 {
 	__u64 now = bpf_ktime_get_ns();
-	struct mw_inflight *slot = inflight_slot(run, rq, now, true);
+	struct mw_inflight *slot = inflight_slot(run, rq, now, claim);
 	struct request_queue *q;
 
 	if (!slot) {
@@ -364,7 +365,8 @@ static __always_inline __u32 MW_FN(dispatch_volume)(const struct mw_dev_key *key
  * kworker: recursion_misses). Dispatch hardly nests that way, and a skipped completion
  * costs a latency sample here, not a request. Flushes and passthrough commands are not I/O: counted apart.
  */
-static __always_inline int MW_FN(handle_rq_issue)(const struct mw_run *run, struct request *rq)
+static __always_inline int MW_FN(handle_rq_issue)(const struct mw_run *run, struct request *rq,
+						enum mw_slot_access claim)
 {
 	struct mw_dev_key key = {};
 	struct gendisk *disk;
@@ -387,7 +389,7 @@ static __always_inline int MW_FN(handle_rq_issue)(const struct mw_run *run, stru
 	stats = MW_FN(stats_for_key)(disk, op, &key);
 	bytes = MW_READ(rq, __data_len);
 	now = bpf_ktime_get_ns();
-	slot = inflight_slot(run, rq, now, true);
+	slot = inflight_slot(run, rq, now, claim);
 	if (!slot)
 		count_event(MW_CNT_INFLIGHT_FULL); /* counted, untimed */
 	requeued = slot && slot->requeued;
@@ -444,7 +446,7 @@ static __always_inline int MW_FN(handle_rq_issue)(const struct mw_run *run, stru
 /* Sent back to be dispatched again: its next dispatch is not a new request. */
 static __always_inline int MW_FN(handle_rq_requeue)(const struct mw_run *run, struct request *rq)
 {
-	struct mw_inflight *slot = inflight_slot(run, rq, 0, false);
+	struct mw_inflight *slot = inflight_slot(run, rq, 0, MW_SLOT_FIND);
 
 	if (slot)
 		slot->requeued = 1;
@@ -468,7 +470,7 @@ static __always_inline int MW_FN(handle_rq_complete)(const struct mw_run *run, s
 	 * the clock read cannot overlap the slot's transfer (the kernel's TSC read is ordered by LFENCE,
 	 * which waits for it). Tried: the clock first, after a prefetch: no better, in one batch worse.
 	 */
-	slot = inflight_slot(run, rq, 0, false);
+	slot = inflight_slot(run, rq, 0, MW_SLOT_FIND);
 	if (slot) {
 		/* Partial completions fire too (nr_bytes < remaining bytes): wait for the last one. */
 		if (nr_bytes < MW_READ(rq, __data_len))

@@ -7,8 +7,9 @@
  * Two program sets share one handler each: tp_btf (typed, cheapest) and a raw_tp
  * fallback for kernels whose BTF cannot back tp_btf. Each tracepoint whose arguments
  * changed has one program per argument layout (the _q variants: the layout up to v5.10,
- * with the request_queue first). The daemon enables one set and, per tracepoint, the
- * variant its BTF prototype matches, with bpf_program__set_autoload().
+ * with the request_queue first), and the two that claim in-flight slots one more (the _store
+ * variants, for verifiers without compare-and-exchange). The daemon enables one set and, per
+ * tracepoint, the variant its BTF prototype and the verifier call for, with bpf_program__set_autoload().
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -199,18 +200,14 @@ static __always_inline void count_not_seen(const struct mw_inflight *slot)
 		stats->latency_lost_not_seen++;
 }
 
-static __always_inline bool slot_claimable(const struct mw_inflight *slot, __u64 now)
+/* Free, or held by a request `seen` (the slot's rq as read) whose dispatch is stale. */
+static __always_inline bool slot_claimable(const struct mw_inflight *slot, __u64 seen, __u64 now)
 {
 	__u64 since = slot->issue_ns > slot->insert_ns ? slot->issue_ns : slot->insert_ns;
 
-	return slot->rq == 0 || now - since > MW_INFLIGHT_STALE_NS;
+	return seen == 0 || now - since > MW_INFLIGHT_STALE_NS;
 }
 
-/*
- * The slot of request `rq`; with `claim`, a free or stale one of its two ways is taken.
- * NULL when neither way holds or can hold it. Two CPUs claiming one free slot at once
- * leave one request untimed (its completion counts as complete_without_issue).
- */
 static __always_inline __u32 inflight_way0(__u64 rq)
 {
 	/* Fibonacci hashing; the low 6 bits of a request pointer carry no information. */
@@ -236,44 +233,79 @@ static __always_inline void inflight_prefetch(__u64 rq)
 		(void)*(volatile __u64 *)&b->rq;
 }
 
-static __always_inline struct mw_inflight *inflight_slot_of(__u64 rq, __u64 now, bool claim)
+/*
+ * How inflight_slot_of() treats a request the table does not hold. Two CPUs can see one slot free
+ * at once (two requests of one hash pair dispatched together): with a plain store both take it,
+ * the later store wins, and the other request is neither timed nor counted for its device (its
+ * completion finds no slot: complete_unmatched, host-wide), while the winner's completion may read
+ * the loser's device. test_requests' every-mode test saw it once in its 7.6 M requests per daemon.
+ * A compare-and-exchange lets one CPU win and sends the other to the other way. BPF has it since
+ * v5.12, commit 5ffa25502b5a ("bpf: Add instructions for atomic_[cmp]xchg"); the v5.10 verifier
+ * refuses the instruction anywhere in a program, reachable or not ("BPF_STX uses reserved
+ * fields"), so the programs of the old argument layout (_q) and the _store variants of the new one
+ * keep the plain store, and the loader picks them where a probe load finds no compare-and-exchange.
+ */
+enum mw_slot_access {
+	MW_SLOT_FIND,         /* the request's slot, or NULL */
+	MW_SLOT_CLAIM_PLAIN,  /* ... else take a free or stale way with a store */
+	MW_SLOT_CLAIM_ATOMIC, /* ... else take one with a compare-and-exchange */
+};
+
+/* Takes `slot`, read as holding `seen`, for `rq`; false if another CPU took it first. */
+static __always_inline bool slot_take(struct mw_inflight *slot, __u64 seen, __u64 rq, __u64 now,
+				      enum mw_slot_access access)
+{
+	if (!slot_claimable(slot, seen, now))
+		return false;
+	if (access == MW_SLOT_CLAIM_ATOMIC) {
+		if (__sync_val_compare_and_swap(&slot->rq, seen, rq) != seen)
+			return false;
+	} else {
+		slot->rq = rq;
+	}
+	/* Taken over from a dispatch with no completion for MW_INFLIGHT_STALE_NS: never timed now. */
+	if (seen && slot->issue_ns && !slot->requeued)
+		count_not_seen(slot);
+	slot->insert_ns = 0;
+	slot->issue_ns = 0;
+	slot->requeued = 0;
+	return true;
+}
+
+/* The slot of request `rq`; a claim takes a free or stale one of its two ways. NULL: none. */
+static __always_inline struct mw_inflight *inflight_slot_of(__u64 rq, __u64 now, enum mw_slot_access access)
 {
 	__u32 way0 = inflight_way0(rq), way1 = way0 ^ 1;
 	struct mw_inflight *a, *b;
+	__u64 seen_a, seen_b;
 
 	if (!rq)
 		return NULL;
 	a = bpf_map_lookup_elem(&inflight, &way0);
 	if (!a)
 		return NULL;
-	if (a->rq == rq)
+	seen_a = a->rq;
+	if (seen_a == rq)
 		return a;
 	b = bpf_map_lookup_elem(&inflight, &way1);
 	if (!b)
 		return NULL;
-	if (b->rq == rq)
+	seen_b = b->rq;
+	if (seen_b == rq)
 		return b;
-	if (!claim)
+	if (access == MW_SLOT_FIND)
 		return NULL;
-	if (!slot_claimable(a, now)) {
-		if (!slot_claimable(b, now))
-			return NULL;
-		a = b;
-	}
-	/* Taken over from a dispatch with no completion for MW_INFLIGHT_STALE_NS: never timed now. */
-	if (a->rq && a->issue_ns && !a->requeued)
-		count_not_seen(a);
-	a->rq = rq;
-	a->insert_ns = 0;
-	a->issue_ns = 0;
-	a->requeued = 0;
-	return a;
+	if (slot_take(a, seen_a, rq, now, access))
+		return a;
+	if (slot_take(b, seen_b, rq, now, access))
+		return b;
+	return NULL;
 }
 
 static __always_inline struct mw_inflight *inflight_slot(const struct mw_run *run, void *request, __u64 now,
-							 bool claim)
+							 enum mw_slot_access access)
 {
-	return inflight_slot_of(pointer_value(run, request), now, claim);
+	return inflight_slot_of(pointer_value(run, request), now, access);
 }
 
 struct {
@@ -588,8 +620,10 @@ static __always_inline void count_service(const struct mw_origin_key *pair, cons
  * variant from the btf_trace_<tp> prototype's arity (bpf_loader.cpp, ChooseVariants), never
  * from a version: distributions backport such changes.
  *
- * MW_PROG_PAIR(tp, name, call_new, call_old) defines <prefix>_<name> for the v5.11+ layout and
- * <prefix>_<name>_q for the layout with the request_queue first.
+ * <prefix>_<name> is for the v5.11+ layout and <prefix>_<name>_q for the layout with the request_queue
+ * first. block_rq_insert and block_rq_issue, which claim in-flight slots, have a third: _store, the
+ * v5.11+ layout claiming with a plain store, for a kernel whose verifier has no compare-and-exchange
+ * (enum mw_slot_access; Debian's 5.10 has the new layout of the request tracepoints backported).
  */
 #define MW_BTF_PROG(tp, name, call)                                                                \
 	SEC("tp_btf/" tp)                                                                          \
@@ -606,10 +640,12 @@ static __always_inline void count_service(const struct mw_origin_key *pair, cons
 	int name(__u64 *ctx) { return (call); }
 
 /* block_rq_insert/issue/requeue: (rq) or (q, rq) */
-MW_BTF_PROG("block_rq_insert", btf_rq_insert, handle_rq_insert_btf(&run_, (struct request *)ctx[0]))
-MW_BTF_PROG("block_rq_insert", btf_rq_insert_q, handle_rq_insert_btf(&run_, (struct request *)ctx[1]))
-MW_BTF_PROG("block_rq_issue", btf_rq_issue, handle_rq_issue_btf(&run_, (struct request *)ctx[0]))
-MW_BTF_PROG("block_rq_issue", btf_rq_issue_q, handle_rq_issue_btf(&run_, (struct request *)ctx[1]))
+MW_BTF_PROG("block_rq_insert", btf_rq_insert, handle_rq_insert_btf(&run_, (struct request *)ctx[0], MW_SLOT_CLAIM_ATOMIC))
+MW_BTF_PROG("block_rq_insert", btf_rq_insert_store, handle_rq_insert_btf(&run_, (struct request *)ctx[0], MW_SLOT_CLAIM_PLAIN))
+MW_BTF_PROG("block_rq_insert", btf_rq_insert_q, handle_rq_insert_btf(&run_, (struct request *)ctx[1], MW_SLOT_CLAIM_PLAIN))
+MW_BTF_PROG("block_rq_issue", btf_rq_issue, handle_rq_issue_btf(&run_, (struct request *)ctx[0], MW_SLOT_CLAIM_ATOMIC))
+MW_BTF_PROG("block_rq_issue", btf_rq_issue_store, handle_rq_issue_btf(&run_, (struct request *)ctx[0], MW_SLOT_CLAIM_PLAIN))
+MW_BTF_PROG("block_rq_issue", btf_rq_issue_q, handle_rq_issue_btf(&run_, (struct request *)ctx[1], MW_SLOT_CLAIM_PLAIN))
 MW_BTF_PROG("block_rq_requeue", btf_rq_requeue, handle_rq_requeue_btf(&run_, (struct request *)ctx[0]))
 MW_BTF_PROG("block_rq_requeue", btf_rq_requeue_q, handle_rq_requeue_btf(&run_, (struct request *)ctx[1]))
 /* (rq, error, nr_bytes) since v4.13; raw_tp/tp_btf need 4.17+ anyway: one layout. */
@@ -629,10 +665,12 @@ MW_BTF_PROG("block_getrq", btf_getrq_q, handle_getrq_btf(&run_, (struct bio *)ct
 MW_BTF_PROG_PLAIN("block_bio_remap", btf_bio_remap, handle_bio_remap_btf((struct bio *)ctx[0], (__u32)ctx[1], ctx[2]))
 MW_BTF_PROG_PLAIN("block_bio_remap", btf_bio_remap_q, handle_bio_remap_btf((struct bio *)ctx[1], (__u32)ctx[2], ctx[3]))
 
-MW_RAW_PROG("block_rq_insert", raw_rq_insert, handle_rq_insert_raw(&run_, (struct request *)ctx[0]))
-MW_RAW_PROG("block_rq_insert", raw_rq_insert_q, handle_rq_insert_raw(&run_, (struct request *)ctx[1]))
-MW_RAW_PROG("block_rq_issue", raw_rq_issue, handle_rq_issue_raw(&run_, (struct request *)ctx[0]))
-MW_RAW_PROG("block_rq_issue", raw_rq_issue_q, handle_rq_issue_raw(&run_, (struct request *)ctx[1]))
+MW_RAW_PROG("block_rq_insert", raw_rq_insert, handle_rq_insert_raw(&run_, (struct request *)ctx[0], MW_SLOT_CLAIM_ATOMIC))
+MW_RAW_PROG("block_rq_insert", raw_rq_insert_store, handle_rq_insert_raw(&run_, (struct request *)ctx[0], MW_SLOT_CLAIM_PLAIN))
+MW_RAW_PROG("block_rq_insert", raw_rq_insert_q, handle_rq_insert_raw(&run_, (struct request *)ctx[1], MW_SLOT_CLAIM_PLAIN))
+MW_RAW_PROG("block_rq_issue", raw_rq_issue, handle_rq_issue_raw(&run_, (struct request *)ctx[0], MW_SLOT_CLAIM_ATOMIC))
+MW_RAW_PROG("block_rq_issue", raw_rq_issue_store, handle_rq_issue_raw(&run_, (struct request *)ctx[0], MW_SLOT_CLAIM_PLAIN))
+MW_RAW_PROG("block_rq_issue", raw_rq_issue_q, handle_rq_issue_raw(&run_, (struct request *)ctx[1], MW_SLOT_CLAIM_PLAIN))
 MW_RAW_PROG("block_rq_requeue", raw_rq_requeue, handle_rq_requeue_raw(&run_, (struct request *)ctx[0]))
 MW_RAW_PROG("block_rq_requeue", raw_rq_requeue_q, handle_rq_requeue_raw(&run_, (struct request *)ctx[1]))
 MW_RAW_PROG("block_rq_complete", raw_rq_complete, handle_rq_complete_raw(&run_, (void *)ctx[0], (__u32)ctx[2]))

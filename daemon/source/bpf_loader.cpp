@@ -25,6 +25,7 @@
 #include <exception>
 #include <fstream>
 #include <mutex>
+#include <set>
 
 #include "log.h"
 #include "mergewatch.skel.h"
@@ -161,6 +162,13 @@ LoadReply Failure(ProbeError kind, std::string error, int error_number = 0) {
   return reply;
 }
 
+constexpr const char* kOldLayoutSuffix = "_q";
+constexpr const char* kStoreClaimSuffix = "_store";
+
+bool EndsWith(const std::string& text, const std::string& suffix) {
+  return text.size() > suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 bool CanPass(int error_number) { return error_number == ENOMEM || error_number == EBUSY; }
 
 LoadReply LockdownFailure(const std::string& sysfs_root, const std::string& details) {
@@ -168,6 +176,31 @@ LoadReply LockdownFailure(const std::string& sysfs_root, const std::string& deta
                  "kernel lockdown (confidentiality) refuses BPF reads: the kernel refuses bpf_probe_read_kernel to "
                  "every BPF program, and mergewatch's programs need it (" + sysfs_root +
                      "/kernel/security/lockdown: confidentiality)" + details);
+}
+
+#ifndef BPF_ATOMIC
+#define BPF_ATOMIC 0xc0
+#endif
+#ifndef BPF_CMPXCHG
+#define BPF_CMPXCHG (0xf0 | 0x01)  // with BPF_FETCH, as the kernel defines it
+#endif
+
+// Whether the running kernel's verifier takes a 64-bit compare-and-exchange (v5.12, commit 5ffa25502b5a):
+// it loads a socket filter of five instructions doing one on its stack. Any refusal (EINVAL before
+// v5.12, or anything else) answers no, which only picks the plain-store variants.
+bool VerifierTakesCompareExchange() {
+  const bpf_insn program[] = {
+      {BPF_ST | BPF_MEM | BPF_DW, BPF_REG_10, 0, -8, 0},                 // *(u64 *)(fp - 8) = 0
+      {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0},                 // r0 = 0 (the expected value)
+      {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_1, 0, 0, 1},                 // r1 = 1
+      {BPF_STX | BPF_ATOMIC | BPF_DW, BPF_REG_10, BPF_REG_1, -8, BPF_CMPXCHG},  // r0 = cmpxchg(fp - 8, r0, r1)
+      {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},
+  };
+  const int fd = bpf_prog_load(BPF_PROG_TYPE_SOCKET_FILTER, "mw_cmpxchg", "GPL", program,
+                               sizeof(program) / sizeof(program[0]), nullptr);
+  if (fd < 0) return false;
+  close(fd);
+  return true;
 }
 
 // What must hold before any program is opened: the kernel's BTF (read into *features) and the
@@ -188,6 +221,11 @@ LoadReply CheckPrerequisites(const ProbeOptions& options, KernelFeatures* featur
                    "not privileged to load BPF: run as root, or grant CAP_BPF, CAP_PERFMON (kernel 5.8+) and "
                    "CAP_SYS_RESOURCE; before 5.8 CAP_SYS_ADMIN is needed");
   }
+  features->compare_exchange = VerifierTakesCompareExchange();
+  if (!features->compare_exchange)
+    LogInfo("the kernel's BPF verifier has no compare-and-exchange (before v5.12): in-flight slots are claimed with "
+            "a plain store, so two CPUs claiming one slot at once leave a request untimed (counted only host-wide, "
+            "as complete_without_issue)");
   return LoadReply{};
 }
 
@@ -507,6 +545,8 @@ bool ReadKernelFeatures(const std::string& btf_path, KernelFeatures* features, s
 VariantPlan ChooseVariants(const std::string& mode, const KernelFeatures& features,
                            const std::vector<ProgramId>& programs) {
   VariantPlan plan;
+  std::set<std::string> names;
+  for (const ProgramId& p : programs) names.insert(p.name);
   for (const TracepointLayouts& t : kTracepointLayouts) {
     auto found = features.tracepoint_arity.find(t.tracepoint);
     bool old_layout = false;
@@ -526,8 +566,18 @@ VariantPlan ChooseVariants(const std::string& mode, const KernelFeatures& featur
     for (const ProgramId& p : programs) {
       auto [prog_mode, tracepoint] = SplitSection(p.section.c_str());
       if (prog_mode != mode || tracepoint != t.tracepoint) continue;
-      const bool q_variant = p.name.size() > 2 && p.name.compare(p.name.size() - 2, 2, "_q") == 0;
-      if (q_variant == old_layout) plan.load.push_back(p.name);
+      const bool q_variant = EndsWith(p.name, kOldLayoutSuffix);
+      const bool store_variant = EndsWith(p.name, kStoreClaimSuffix);
+      bool wanted;
+      if (old_layout)
+        wanted = q_variant;
+      else if (q_variant)
+        wanted = false;
+      else if (store_variant)
+        wanted = !features.compare_exchange;
+      else  // the compare-and-exchange program, or the only one of its layout
+        wanted = features.compare_exchange || names.count(p.name + kStoreClaimSuffix) == 0;
+      if (wanted) plan.load.push_back(p.name);
     }
   }
   return plan;

@@ -70,7 +70,7 @@ bool BpfFailureCanPass(const ProbeFailure& failure);
 // which the load error alone does not say: the loader reads it once and calls that failure kLockdown.
 std::string LockdownMode(const std::string& sysfs_root);
 
-// What the loader learns about the running kernel from its BTF (pure data, so the choice of
+// What the loader learns about the running kernel from its BTF and one probe load (pure data, so the choice of
 // program variants below can be tested with a made-up kernel).
 struct KernelFeatures {
   // Argument count of each block tracepoint the kernel has (btf_trace_<tp> prototype);
@@ -79,6 +79,9 @@ struct KernelFeatures {
   // enum bpf_func_id has BPF_FUNC_get_current_task_btf (v5.11+). The programs choose by a
   // CO-RE relocation against the same BTF (core_fixes.bpf.h); this is for the log.
   bool current_task_btf = false;
+  // The running kernel's verifier takes BPF_CMPXCHG (v5.12+): not in BTF, so the loader probes it with a
+  // load (ReadKernelFeatures leaves it false). Picks how block_rq_insert/issue claim in-flight slots.
+  bool compare_exchange = false;
 };
 
 // Reads the features from a BTF file; false with a message if it is not a kernel's BTF with
@@ -93,7 +96,9 @@ struct ProgramId {
 
 // Which programs to load for `mode` (tp_btf or raw_tp) on a kernel with `features`: per
 // tracepoint, the variant whose argument layout matches the kernel's prototype (no suffix: the
-// v5.11+ layout; _q: the older one with the request_queue first).
+// v5.11+ layout; _q: the older one with the request_queue first); of the v5.11+ layout, where a
+// _store variant exists (the slot claim by plain store), that one unless the kernel has
+// compare-and-exchange.
 struct VariantPlan {
   std::vector<std::string> load;     // program names to load
   std::vector<std::string> missing;  // tracepoints the kernel does not have

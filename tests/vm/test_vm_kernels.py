@@ -39,27 +39,39 @@ def old_layout_tracepoints(log):
     return set(m.group(1).split(", ")) if m else set()
 
 
+def program_variant(name):
+    """(tracepoint, variant suffix: "", "_q" or "_store") of a tp_btf program as the kernel names it,
+    truncated to 15 characters."""
+    base = name[len("btf_"):]
+    truncated = len(name) == 15
+    short = max((s for s in TRACEPOINTS if base.startswith(s) or (truncated and s.startswith(base))), key=len)
+    suffix = base[len(short):]
+    full = next(v for v in ("", "_q", "_store") if v == suffix or (truncated and suffix and v.startswith(suffix)))
+    return TRACEPOINTS[short], full
+
+
 def test_the_loader_picks_per_tracepoint_the_variant_of_its_prototype(loader):
+    """Per tracepoint the argument layout of its prototype; for the two that claim in-flight slots, the
+    compare-and-exchange program where the verifier takes one (v5.12+) and the plain-store one (_store) on 5.10."""
     kernel, run, res = loader
     assert res["auto.exit"] == "running" and res["auto.mode"] == "tp_btf", res
     programs = res["auto.programs"].split(",")
-    # The kernel truncates names to 15 characters: match each program to its tracepoint by prefix.
-    old = old_layout_tracepoints(run.read("loader-auto.log"))
-    chosen = {}
-    for name in programs:
-        base = name[len("btf_"):]
-        q = base.endswith("_q")
-        tp = next(t for short, t in TRACEPOINTS.items() if base.removesuffix("_q") == short or
-                  (len(name) == 15 and short.startswith(base.removesuffix("_q"))))
-        chosen[tp] = q
-    assert set(chosen) == set(TRACEPOINTS.values()), programs
-    assert {tp for tp, q in chosen.items() if q} == old, (programs, old)
+    log = run.read("loader-auto.log")
+    old = old_layout_tracepoints(log)
+    chosen = dict(program_variant(name) for name in programs)
+    assert set(chosen) == set(TRACEPOINTS.values()) and len(programs) == len(chosen), programs
+    assert {tp for tp, v in chosen.items() if v == "_q"} == old, (programs, old)
+    store = {tp for tp, v in chosen.items() if v == "_store"}
+    no_compare_exchange = "has no compare-and-exchange" in log
+    assert no_compare_exchange == (kernel == "5.10"), kernel
     if kernel == "5.10":
         # Measured on 5.10.262: Debian backported the request tracepoints' new layout, not the bio ones.
         assert old == {"block_bio_backmerge", "block_bio_frontmerge", "block_bio_queue", "block_getrq",
                        "block_bio_remap"}, old
+        assert store == {"block_rq_insert", "block_rq_issue"}, programs
     else:
         assert old == set(), old
+        assert store == set(), programs
 
 
 def test_the_task_helper_follows_the_kernel(loader):

@@ -223,6 +223,16 @@ KernelFeatures Kernel61() {
                         {"block_rq_complete", 3},   {"block_bio_backmerge", 1},  {"block_bio_frontmerge", 1},
                         {"block_bio_queue", 1},     {"block_getrq", 1},          {"block_bio_remap", 3}};
   f.current_task_btf = true;
+  f.compare_exchange = true;
+  return f;
+}
+// Debian 11's 5.10.262 (measured in the VM): the request tracepoints' v5.11 layout backported, the bio
+// ones not, and no compare-and-exchange in the verifier (v5.12).
+KernelFeatures Kernel510Debian() {
+  KernelFeatures f = Kernel510();
+  f.tracepoint_arity["block_rq_insert"] = 1;
+  f.tracepoint_arity["block_rq_issue"] = 1;
+  f.tracepoint_arity["block_rq_requeue"] = 1;
   return f;
 }
 
@@ -255,6 +265,22 @@ TEST(ChooseVariants, TheV511LayoutLoadsThePlainVariants) {
   EXPECT_TRUE(plan.old_layout.empty());
 }
 
+// The two programs that claim in-flight slots: by compare-and-exchange where the verifier has it, else
+// the plain-store variant of the same layout; the other tracepoints are not affected.
+TEST(ChooseVariants, WithoutCompareExchangeTheNewLayoutClaimsByStore) {
+  KernelFeatures k = Kernel61();
+  k.compare_exchange = false;
+  VariantPlan plan = ChooseVariants("tp_btf", k, ObjectPrograms());
+  EXPECT_EQ(Sorted(plan.load),
+            Sorted({"btf_rq_insert_store", "btf_rq_issue_store", "btf_rq_requeue", "btf_rq_complete",
+                    "btf_bio_backmerge", "btf_bio_frontmerge", "btf_bio_queue", "btf_getrq", "btf_bio_remap"}));
+  VariantPlan debian510 = ChooseVariants("raw_tp", Kernel510Debian(), ObjectPrograms());
+  EXPECT_EQ(Sorted(debian510.load),
+            Sorted({"raw_rq_insert_store", "raw_rq_issue_store", "raw_rq_requeue", "raw_rq_complete",
+                    "raw_bio_backmerge_q", "raw_bio_frontmerge_q", "raw_bio_queue_q", "raw_getrq_q",
+                    "raw_bio_remap_q"}));
+}
+
 // A vendor kernel that backported only some of the changes: each tracepoint on its own.
 TEST(ChooseVariants, EachTracepointIsChosenByItsOwnPrototype) {
   KernelFeatures mixed = Kernel61();
@@ -282,14 +308,17 @@ TEST(ChooseVariants, AMissingTracepointOrAnUnknownLayoutLoadsNothingForIt) {
   EXPECT_EQ(plan.load.size(), 7u);
 }
 
-// Every tracepoint has exactly one program per layout and mode in the object, so no kernel
-// layout the loader knows can leave a tracepoint without its program.
+// Every tracepoint has exactly one program per layout, mode and claim in the object, so no kernel
+// the loader knows can leave a tracepoint without its program.
 TEST(ChooseVariants, TheObjectHasOneProgramPerLayoutAndMode) {
   const std::vector<ProgramId> programs = ObjectPrograms();
   for (const std::string mode : {"tp_btf", "raw_tp"}) {
-    for (const KernelFeatures& k : {Kernel510(), Kernel61()}) {
-      VariantPlan plan = ChooseVariants(mode, k, programs);
-      EXPECT_EQ(plan.load.size(), 9u) << mode;
+    for (KernelFeatures k : {Kernel510(), Kernel510Debian(), Kernel61()}) {
+      for (bool compare_exchange : {false, true}) {
+        k.compare_exchange = compare_exchange;
+        VariantPlan plan = ChooseVariants(mode, k, programs);
+        EXPECT_EQ(plan.load.size(), 9u) << mode << " compare_exchange " << compare_exchange;
+      }
     }
   }
 }
