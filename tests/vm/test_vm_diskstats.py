@@ -19,9 +19,8 @@ CASES = ["snap-nm2:2:seq:snap", "snap-nm0:0:seq:snap", "origin-nm2:2:seq:origin"
          "nocap-snap-nm2:2:seq:snap", "nocap-snap-nm0:0:seq:snap", "nocap-origin-nm2:2:seq:origin"]
 
 
-# Boots beside the 6.1 scenario boot (vmtest.scenario_boot: group "scenario-6.1"): the 5.10 boot, the longest,
-# then shares the host with 6.12's alone.
-register_boot("diskstats", "scenario-6.1", lambda: boot(
+# 253 s in the clean-clone make test of 2026-11-28 (vmtest.register_boot).
+register_boot("diskstats", 253, lambda: boot(
     RUN, "--daemon", DAEMON, "--daemon-args", "--web.listen-address=127.0.0.1:9863", "--metrics-url",
     "http://127.0.0.1:9863/metrics", "--append", "lockdown=confidentiality", "--cases", " ".join(CASES),
     "--no-stacking", "--loader-cases", timeout=1500))

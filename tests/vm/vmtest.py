@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -41,7 +42,7 @@ KERNELS = tuple(os.environ.get("MW_VM_KERNELS", "6.1 5.10 6.12").split())
 
 def setup(kernel="6.1"):
     """tests/vm/setup.sh --kernel K, once per kernel and pytest session (idempotent; 1-5 s when cached)."""
-    with _setup_lock:  # boots of one group may start together: one setup.sh at a time
+    with _setup_lock:  # two slots may start boots together: one setup.sh at a time
         _setup(kernel)
 
 
@@ -52,9 +53,9 @@ def _setup(kernel):
 
 
 def _prepare_every_kernel():
-    """setup.sh for every kernel of the session, in KERNELS order, while the first group's guests run: most of
+    """setup.sh for every kernel of the session, in KERNELS order, while the first guests run: most of
     it is apt fetching and unpacking a kernel package (about 2 min for 5.10 and 6.12 from a clean clone),
-    which would otherwise hold up the kernels' group. A failure here is left to the boot's own setup() call,
+    which would otherwise hold up their boots. A failure here is left to the boot's own setup() call,
     which runs setup.sh again and reports it."""
     for kernel in KERNELS:
         try:
@@ -90,18 +91,24 @@ def boot(run, *args, timeout, driver=False):
     return r.stdout
 
 
-# Boots that may run at the same time, by group: a test module registers its boot when pytest imports it
-# (collection, before any test runs); the first fixture to await one starts every boot of its group, each
-# in its own qemu and thread, and waits for its own. Most of a driver or KERNEL_CASES boot is the guest
-# waiting (systemd, apt, detector windows, daemon restarts), so two guests on two host CPUs take little
-# more than one. run-vm.sh's --timeout is a hang guard, not a speed bound: give grouped boots room.
-_registered = {}  # name: (group, function that boots and returns run-vm.sh's stdout)
-_started = {}  # name: thread
+# The session's boots, run MW_VM_SLOTS at a time (default 2: one guest per host CPU; most of a boot is the guest
+# waiting on itself under TCG). A test module registers its boots when pytest imports it (collection, before
+# any test runs) with the seconds one took in a clean-clone make test; the first test to await a boot starts
+# the slots, and each slot takes the longest boot still waiting (longest first keeps both slots busy to the
+# end: grouped in pairs, a slot sat idle beside the longer boot of each pair, 6-7 minutes of 31). A test
+# waits for its own boot only. Every registered boot runs, whether or not a test of it was selected:
+# MW_VM_KERNELS narrows the kernels of a quick run. run-vm.sh's --timeout is a hang guard, counted from the
+# boot's own start, not a speed bound.
+SLOTS = max(1, int(os.environ.get("MW_VM_SLOTS", "2")))
+_registered = {}  # name: (seconds it took, function that boots and returns run-vm.sh's stdout)
+_done = {}  # name: threading.Event, set once _outcome has its entry; a boot taken by a slot is in it
 _outcome = {}  # name: (stdout, None) or (None, why the boot failed)
+_slots = []  # the slot threads
+_pool_lock = threading.Lock()
 
 
-def register_boot(name, group, start):
-    _registered[name] = (group, start)
+def register_boot(name, seconds, start):
+    _registered[name] = (seconds, start)
 
 
 def _run_registered(name):
@@ -109,21 +116,42 @@ def _run_registered(name):
         _outcome[name] = (_registered[name][1](), None)
     except BaseException as e:  # pytest.fail's Failed too: the first test to await it reports it
         _outcome[name] = (None, f"{type(e).__name__}: {e}")
+    _done[name].set()
+
+
+def _take_next():
+    """The longest registered boot no slot has taken yet, now taken; None when there is none."""
+    with _pool_lock:
+        waiting = [n for n in _registered if n not in _done]
+        if not waiting:
+            return None
+        name = max(waiting, key=lambda n: (_registered[n][0], n))
+        _done[name] = threading.Event()
+        return name
+
+
+def _slot():
+    while (name := _take_next()) is not None:
+        _run_registered(name)
 
 
 def await_boot(name):
-    """The registered boot `name`'s run-vm.sh stdout, once per session; starts its whole group first.
-    A failed boot fails every test that awaits it, without a second boot."""
-    if not _started:  # the session's first boot: the other kernels' set-up goes on beside its group
-        threading.Thread(target=_prepare_every_kernel, name="setup-kernels", daemon=True).start()
-    if name not in _outcome and name not in _started:
-        group = _registered[name][0]
-        for other in [name] + sorted(n for n, (g, _) in _registered.items() if g == group and n != name):
-            if other not in _outcome and other not in _started:
-                _started[other] = threading.Thread(target=_run_registered, args=(other,), name=f"boot-{other}")
-                _started[other].start()
-    if name in _started:
-        _started[name].join()
+    """The registered boot `name`'s run-vm.sh stdout, once per session; starts the slots first. A failed
+    boot fails every test that awaits it, without a second boot."""
+    while True:
+        with _pool_lock:
+            if not _slots:  # the session's first boot: the other kernels' set-up goes on beside the first guests
+                threading.Thread(target=_prepare_every_kernel, name="setup-kernels", daemon=True).start()
+            if name in _done:
+                break
+            # At the start, and again for a boot registered after every slot ran out of work (a kernel
+            # MW_VM_KERNELS leaves out, asked for by name); a live slot takes it at its next take.
+            if not any(t.is_alive() for t in _slots):
+                _slots[:] = [threading.Thread(target=_slot, name=f"vm-slot-{i}") for i in range(SLOTS)]
+                for t in _slots:
+                    t.start()
+        time.sleep(1)
+    _done[name].wait()
     if _outcome[name][1] is not None:
         pytest.fail(f"this session's {name} boot failed (the first test that used it shows how):\n"
                     f"{_outcome[name][1]}")
@@ -297,8 +325,8 @@ RELEASE_ROOT = os.environ.get("MERGEWATCH_RELEASE_ROOT", "")
 KERNEL_MULTI_PARTS = "md raid1w"
 # guest-who.sh's parts (run-vm.sh --who, test_vm_who.py) per kernel, on the boot's two extra NVMe disks at the
 # end of the boot: 6.12 all (backup and LUKS backup in their cgroups, writeback with and without the io
-# controller, the per-volume series: about 170 s of guest time), in the boot that runs beside 5.10's, the longest,
-# with minutes to spare (on 6.1, the longest group's boot, they made make test 2 minutes longer); 6.1 and 6.12
+# controller, the per-volume series: about 170 s of guest time), in a boot shorter than 5.10's and 6.1's
+# (on 6.1, the longest boot, they made make test 2 minutes longer); 6.1 and 6.12
 # take every path guest-who.sh goes (dm_submit_bio_remap, cgroup writeback, blkcg on the bio) alike. 5.10 the
 # backup and LUKS only, where dm-crypt did not trace its clones as remaps before e5524e128f6f (v5.16): the LUKS
 # reads are asserted unattributed there. 6.1 none.
@@ -334,11 +362,11 @@ def _boot_scenario(kernel):
                 timeout=1800 if kernel == "6.1" else 2400)
 
 
-# 6.1's boot (every case, the multi-disk stacks, the findings) runs beside the lockdown/diskstats boot
-# (test_vm_diskstats.py); 5.10's and 6.12's together (5.10's is the longest of all: no third guest beside it).
+# Seconds each took in the clean-clone make test of 2026-11-28 (two guests at a time): 6.1 runs every case,
+# the multi-disk stacks and the findings; 5.10 and 6.12 the kernel cases and the who parts.
+SCENARIO_SECONDS = {"6.1": 824, "5.10": 745, "6.12": 523}
 for _kernel in KERNELS:
-    register_boot(f"scenario-{_kernel}", "scenario-6.1" if _kernel == "6.1" else "scenario-kernels",
-                  lambda k=_kernel: _boot_scenario(k))
+    register_boot(f"scenario-{_kernel}", SCENARIO_SECONDS.get(_kernel, 600), lambda k=_kernel: _boot_scenario(k))
 
 
 def scenario_boot(kernel="6.1"):
@@ -346,10 +374,10 @@ def scenario_boot(kernel="6.1"):
     session. On 6.1 (a few minutes under TCG) test_vm.py, test_vm_stacking.py and test_vm_findings.py read
     the same run (guest-scenario.sh's cases, then guest-stacking.sh and guest-findings.sh in the same guest),
     whichever asks first boots it; on 5.10 and 6.12 the boot plays KERNEL_CASES and the loader cases
-    (guest-loader.sh: test_vm_kernels.py), both boots at once (await_boot). A failed boot fails the other
+    (guest-loader.sh: test_vm_kernels.py). Every boot runs in the slots of await_boot. A failed boot fails the other
     files' tests too, without a second boot. (A session fixture in a conftest.py would do the same, but a
     tests/vm/conftest.py shadows tests/integration's, whose test files import from `conftest`, when pytest
     collects both directories in one run.)"""
     if f"scenario-{kernel}" not in _registered:  # a kernel MW_VM_KERNELS leaves out, asked for by name
-        register_boot(f"scenario-{kernel}", f"scenario-{kernel}", lambda: _boot_scenario(kernel))
+        register_boot(f"scenario-{kernel}", SCENARIO_SECONDS.get(kernel, 600), lambda: _boot_scenario(kernel))
     return await_boot(f"scenario-{kernel}")
