@@ -34,12 +34,14 @@ Configuration: flags, or the environment (make bench passes it on)
   --repeats / BENCH_REPEATS   repetitions per tracer, default 3
   --scrapes / BENCH_SCRAPES   /metrics scrapes, default 1000
   --quick   / BENCH_QUICK=1   smoke test: 2 s, 1 repeat, 200 scrapes, fewer READY starts
-Needs root. Leaves nothing behind: loop devices it created detached, their files removed, every
+Needs root. Leaves nothing behind: loop devices it created detached (and removed if it added them), their files removed, every
 process it started stopped by PID, bpf_stats_enabled restored; bpftrace gets tracefs in a private
 mount namespace, so the host's mounts are never touched. The end of the run checks all of it.
 """
 import argparse
 import datetime
+import errno
+import fcntl
 import json
 import math
 import os
@@ -136,6 +138,32 @@ def spawn(cmd, **kw):
     return proc
 
 
+LOOP_CTL_REMOVE = 0x4C81
+# The loop device nodes there were before this run: the ones it adds (losetup -f makes a node when none is
+# free) are removed once detached, or every run would leave its devices as empty nodes in /sys/block
+# (101 of them on this host once, each a device with series in every daemon's scrape).
+LOOPS_BEFORE = {d for d in os.listdir("/sys/block") if d.startswith("loop")} if os.path.isdir("/sys/block") else set()
+
+
+def remove_loop_node(dev):
+    """Removes the node of detached loop device `dev` if this run added it; the detach may take a moment."""
+    name = os.path.basename(dev)
+    if name in LOOPS_BEFORE or not name.removeprefix("loop").isdigit():
+        return
+    for _ in range(50):
+        try:
+            with open("/dev/loop-control", "wb") as ctl:
+                fcntl.ioctl(ctl, LOOP_CTL_REMOVE, int(name.removeprefix("loop")))
+            return
+        except OSError as e:
+            if e.errno in (errno.ENODEV, errno.ENXIO, errno.ENOENT):
+                return  # gone already
+            if e.errno != errno.EBUSY:
+                raise
+            time.sleep(0.1)
+    raise OSError(errno.EBUSY, f"{dev} stayed busy after its detach (attached again by someone else?)")
+
+
 def make_loop(size_mb, name, fill=False):
     path = f"{SHM_PREFIX}{name}.img"
     with open(path, "wb") as f:
@@ -151,10 +179,12 @@ def make_loop(size_mb, name, fill=False):
         try:
             with open(f"/sys/block/{os.path.basename(dev)}/loop/backing_file") as f:
                 backing = f.read().strip()
-        except OSError:
-            return  # already detached
+        except OSError:  # already detached (the idle-devices burst detaches its own)
+            remove_loop_node(dev)
+            return
         if backing.removesuffix(" (deleted)") == path:
             run(["losetup", "-d", dev])
+            remove_loop_node(dev)
     CLEANUP.push(f"losetup -d {dev}", detach)
     if fill:  # real pages, not holes
         run(["dd", "if=/dev/zero", f"of={dev}", "bs=1M", f"count={size_mb}", "oflag=direct"])
@@ -891,6 +921,8 @@ def verify_clean(old_stats):
     """Everything this run made is gone; returns what is not."""
     problems = []
     for dev, path in OWN_LOOPS:
+        if os.path.basename(dev) not in LOOPS_BEFORE and os.path.exists(f"/sys/block/{os.path.basename(dev)}"):
+            problems.append(f"{dev} was added by this run and is still there")
         if os.path.exists(path):
             problems.append(f"{path} still exists")
         try:
@@ -914,7 +946,8 @@ def verify_clean(old_stats):
     for p in problems:
         log(f"CLEANUP PROBLEM: {p}")
     if not problems:
-        log(f"cleanup verified: {len(OWN_LOOPS)} loop devices detached and files removed, {len(OWN_PIDS)} processes"
+        log(f"cleanup verified: {len(OWN_LOOPS)} loop devices detached (the ones it added removed) and files removed, "
+            f"{len(OWN_PIDS)} processes"
             f" gone, {len(OWN_PROG_IDS)} BPF programs unloaded, bpf_stats_enabled={old_stats}")
     return problems
 
