@@ -137,7 +137,9 @@ multi_stack_cases() {	# multi_stack_cases STACK DEV [COUNT]
 		done
 		sleep 4	# a window with no reads: set-up I/O (lvcreate, mdadm) leaves it, a raise from before clears
 		log "$st: nomerges=$nm on $MD1 $MD2, fio ${load[0]#--name=} on $dev ($snap)"
-		fio --filename="$dev" --time_based --runtime=60 --size=32m "${load[@]}" &	# LOAD may set its own size
+		# --runtime bounds a hang only: the reads are stopped once the waits and polls below are done. They
+		# must outlast them, 40 s per disk at worst (a starved guest took 32 s to see a raise once).
+		fio --filename="$dev" --time_based --runtime=180 --size=32m "${load[@]}" &	# LOAD may set its own size
 		reader=$!
 		if [ $nm = 2 ]; then
 			for q in $MD1 $MD2; do
@@ -183,11 +185,11 @@ backup_while_live() {	# backup_while_live SNAPDEV ORIGINDEV
 	sleep 4
 	log "live: nomerges=2, random 8 KiB readers on $2 ($origin) and the backup reading $1 ($snap)"
 	fio --name=live --readonly --thread --direct=1 --rw=randread --bs=8k --ioengine=libaio --iodepth=32 \
-		--numjobs=4 --group_reporting --time_based --runtime=90 --filename="$2" --output="$p-fio.txt" &
+		--numjobs=4 --group_reporting --time_based --runtime=180 --filename="$2" --output="$p-fio.txt" &
 	live=$!
 	sleep 2	# the live load first: the backup starts on a disk already busy with the origin's requests
 	curl -fsS --max-time 10 -o "$p-origin-only.prom" "$(url 19873)"
-	fio "${READ_SNAP[@]}" --filename="$1" --time_based --runtime=60 --size=32m &
+	fio "${READ_SNAP[@]}" --filename="$1" --time_based --runtime=180 --size=32m &	# stopped below
 	reader=$!
 	for q in $MD1 $MD2; do
 		# 60 s: five fio threads keep TCG's two CPUs busy, a scrape can take seconds (the page came
@@ -336,7 +338,7 @@ stack_raid10() {
 	for q in $MD1 $MD2; do echo none > /sys/block/$q/queue/scheduler; echo 2 > /sys/block/$q/queue/nomerges; done
 	sleep 4
 	log "raid10r: nomerges=2, batched direct reads of vgr10-snap ($snap)"
-	fio "${READ_SNAP[@]}" --filename=/dev/mapper/vgr10-snap --time_based --runtime=60 --size=32m &
+	fio "${READ_SNAP[@]}" --filename=/dev/mapper/vgr10-snap --time_based --runtime=180 --size=32m &	# stopped below
 	reader=$!
 	poll_scrapes "$p-nm2"
 	kill "$reader"; wait "$reader" 2>/dev/null || true
@@ -406,8 +408,11 @@ split_polls() {	# split_polls PREFIX: four scrapes (and /status) 1.5 s apart whi
 	done
 	curl -fsS --max-time 10 -o "$1-status.json" "http://127.0.0.1:$SPLIT_PORT/status" || true
 }
-# split_case NAME SNAPDEV DM NOMERGES direct|buffered WAIT_SERIES: reads for about 20 s; with WAIT_SERIES
-# (the series that must rise) the seconds it took are recorded, then the polls; without, only the polls.
+# split_case NAME SNAPDEV DM NOMERGES direct|buffered WAIT_SERIES: reads until its polls are taken; with
+# WAIT_SERIES (the series that must rise) the seconds it took are recorded, then the polls; without, only the
+# polls. fio's --runtime only bounds a hang: with 20 s, a guest starved beside another guest and the host's
+# privileged suite saw the ticket rise after 31.9 s, and its polls found the reads over (clean-clone make
+# test of 2026-11-28).
 split_case() {
 	local name=$1 dev=$2 dm=$3 nm=$4 how=$5 want=$6 p="$OUT/split-$1" t i
 	echo none > /sys/block/$DISK/queue/scheduler
@@ -420,7 +425,7 @@ split_case() {
 	log "split $name: nomerges=$nm, $how 1 MiB reads of $dev ($dm)"
 	if [ "$how" = direct ]; then
 		fio --name=split --filename="$dev" --readonly --direct=1 --rw=read --bs=1m --ioengine=psync \
-			--size=128m --time_based --runtime=20 --output=/dev/null &
+			--size=128m --time_based --runtime=150 --output=/dev/null &
 	else
 		# Through the page cache (readahead), each pass a fresh region.
 		( for i in $(seq 0 15); do dd if="$dev" of=/dev/null bs=1M count=16 skip=$((i * 16)) status=none; done ) &
@@ -428,7 +433,7 @@ split_case() {
 	reader=$!
 	io_running "$DISK" || log "split $name: no reads completed on $DISK"
 	if [ -n "$want" ]; then
-		t=$(wait_series $SPLIT_PORT "$want{device=\"$DISK\",upper=\"$dm\"}" 1 40) || t="timeout"
+		t=$(wait_series $SPLIT_PORT "$want{device=\"$DISK\",upper=\"$dm\"}" 1 90) || t="timeout"
 		res "split_${name}_raised_seconds" "$t"
 	fi
 	split_polls "$p"
