@@ -203,9 +203,12 @@ static __always_inline void count_not_seen(const struct mw_inflight *slot)
 /* Free, or held by a request `seen` (the slot's rq as read) whose dispatch is stale. */
 static __always_inline bool slot_claimable(const struct mw_inflight *slot, __u64 seen, __u64 now)
 {
-	__u64 since = slot->issue_ns > slot->insert_ns ? slot->issue_ns : slot->insert_ns;
+	__u64 since;
 
-	return seen == 0 || now - since > MW_INFLIGHT_STALE_NS;
+	if (seen == 0) /* the usual case: its stamps are not read */
+		return true;
+	since = slot->issue_ns > slot->insert_ns ? slot->issue_ns : slot->insert_ns;
+	return now - since > MW_INFLIGHT_STALE_NS;
 }
 
 static __always_inline __u32 inflight_way0(__u64 rq)
@@ -237,7 +240,7 @@ static __always_inline void inflight_prefetch(__u64 rq)
  * How inflight_slot_of() treats a request the table does not hold. Two CPUs can see one slot free
  * at once (two requests of one hash pair dispatched together): with a plain store both take it,
  * the later store wins, and the other request is neither timed nor counted for its device (its
- * completion finds no slot: complete_unmatched, host-wide), while the winner's completion may read
+ * completion finds no slot: complete_without_issue, host-wide), while the winner's completion may read
  * the loser's device. test_requests' every-mode test saw it once in its 7.6 M requests per daemon.
  * A compare-and-exchange lets one CPU win and sends the other to the other way. BPF has it since
  * v5.12, commit 5ffa25502b5a ("bpf: Add instructions for atomic_[cmp]xchg"); the v5.10 verifier
