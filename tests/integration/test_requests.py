@@ -218,9 +218,9 @@ def test_every_request_is_timed_or_counted_untimed_on_every_mode_at_once(daemon_
     samples + samples lost by reason (per device) + dispatches the in-flight table still holds
     uncompleted (a loss counted only when that request is next dispatched). Measured before: 35 of
     5 M and 293 of 7.6 M untimed with every reason at 0; and once, in a clean-clone run, one request
-    of 1.89 M neither timed nor counted: two CPUs had claimed one free in-flight slot at once, which
-    the programs of the v5.11+ argument layout now claim by compare-and-exchange (mergewatch.bpf.c,
-    enum mw_slot_access)."""
+    of 1.89 M neither timed nor counted: two CPUs had claimed one free in-flight slot at once; slots
+    are claimed by compare-and-exchange where the verifier has it, as this kernel's does
+    (mergewatch.bpf.c, enum mw_slot_access)."""
     daemons = {mode: daemon_factory(f"--bpf.program-type={mode}") for mode in ("tp_btf", "raw_tp")}
     devices = {}
     for rw in ("randread", "read"):
