@@ -7,6 +7,13 @@
  * wrong here, harmless for a cost measurement). Loaded by the floor loader; measured with
  * bench/bpf_ab.py against the floor and mergewatchd.
  *
+ * GETRQ_EVIDENCE=1: block_getrq does the least any missed-merge check can do (the plug rule of
+ * blk_attempt_plug_merge() cut to its core: one per-CPU record of the last new request's plug, disk,
+ * op and end sector; a bio that continues it counts a missed merge for its disk). What mergewatch's
+ * block_getrq does on top: the plug's generation count, 16 plug slots per CPU, the scheduler's
+ * candidates, the flags, size, segment and virt-boundary rules. The floor of the detector's evidence,
+ * measured in `make bench` beside the bound that leaves block_getrq empty.
+ *
  * COUNT_AT_COMPLETION=1: the completion-centric design proposed for it. Dispatch keeps the clock
  * and the size in the request's in-flight slot; the final completion does the one device lookup
  * and both histograms. COUNT_AT_COMPLETION=0: what mergewatchd does, the size counted at dispatch
@@ -23,6 +30,9 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 #ifndef COUNT_AT_COMPLETION
 #define COUNT_AT_COMPLETION 1
+#endif
+#ifndef GETRQ_EVIDENCE
+#define GETRQ_EVIDENCE 0
 #endif
 
 struct {
@@ -92,9 +102,53 @@ static __always_inline void hist_add(__u64 *slots, __u64 *sum, __u64 value, __u3
 	*sum += value;
 }
 
+/* The last new request on this CPU, for GETRQ_EVIDENCE; `cell` turns a typed pointer into a number. */
+struct last_request {
+	__u64 cell;
+	__u64 plug;
+	__u64 disk;
+	__u64 end_sector;
+	__u32 op;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct last_request);
+} last_request SEC(".maps");
+
 SEC("tp_btf/block_getrq")
-int BPF_PROG(lower_bound_getrq)
+int BPF_PROG(lower_bound_getrq, struct bio *bio)
 {
+	if (GETRQ_EVIDENCE) {
+		__u32 zero = 0;
+		struct last_request *last = bpf_map_lookup_elem(&last_request, &zero);
+		struct task_struct *task = bpf_get_current_task_btf();
+		struct gendisk *disk = bio->bi_bdev->bd_disk;
+		__u64 sector = bio->bi_iter.bi_sector, plug, disk_id;
+		__u32 op = bio->bi_opf & MW_REQ_OP_MASK;
+
+		if (!last || !disk)
+			return 0;
+		last->cell = (__u64)task->plug;
+		plug = last->cell;
+		last->cell = (__u64)disk;
+		disk_id = last->cell;
+		if (plug && plug == last->plug && disk_id == last->disk && op == last->op && sector == last->end_sector) {
+			struct mw_dev_key key = { .major = disk->major, .minor = disk->first_minor, .op = op,
+						  .diskseq = disk->diskseq };
+			struct mw_dev_stats *stats = bpf_map_lookup_elem(&dev_stats, &key);
+
+			if (stats)
+				stats->missed_merges++;
+		}
+		last->plug = plug;
+		last->disk = disk_id;
+		last->op = op;
+		last->end_sector = sector + (bio->bi_iter.bi_size >> 9);
+	}
 	return 0;
 }
 

@@ -12,8 +12,9 @@
 # $(BUILD)/bench/results.json.
 
 # Debian 12 names: libbpf-tools is bcc's libbpf-based tools (0.26, /usr/sbin/biolatency);
-# util-linux has losetup and unshare; clang and libbpf-dev build the floor.
-BENCH_PACKAGES  := fio bpftrace libbpf-tools bpftool util-linux python3 clang libbpf-dev pkg-config
+# util-linux has losetup and unshare; clang and libbpf-dev build the floor; linux-perf is perf, for
+# bench/bpf_profile.py (per source line of the BPF programs, with $(BENCH_DIR)/jit_lines).
+BENCH_PACKAGES  := fio bpftrace libbpf-tools bpftool util-linux python3 clang libbpf-dev pkg-config linux-perf
 BENCH_ARGS      ?=
 BENCH_SECONDS   ?=
 BENCH_REPEATS   ?=
@@ -21,9 +22,12 @@ BENCH_QUICK     ?=
 BENCH_DIR       := $(BUILD)/bench
 BENCH_FLOOR_OBJ := $(BENCH_DIR)/floor.bpf.o
 BENCH_FLOOR     := $(BENCH_DIR)/floor
+BENCH_JIT_LINES := $(BENCH_DIR)/jit_lines
 # The lower bound of any per-device size/latency histogram (bench/lower_bound.bpf.c), counting at
-# completion and at dispatch; loaded by the floor loader, measured with bench/bpf_ab.py.
-BENCH_LOWER_BOUND_OBJS := $(BENCH_DIR)/lower_bound_at_completion.bpf.o $(BENCH_DIR)/lower_bound_at_dispatch.bpf.o
+# completion and at dispatch, and at dispatch with the least missed-merge evidence on block_getrq;
+# loaded by the floor loader, measured with bench/bpf_ab.py.
+BENCH_LOWER_BOUND_OBJS := $(BENCH_DIR)/lower_bound_at_completion.bpf.o $(BENCH_DIR)/lower_bound_at_dispatch.bpf.o \
+	$(BENCH_DIR)/lower_bound_with_evidence.bpf.o
 BENCH_RUN_ARGS   = --daemon $(CURDIR)/$(DAEMON) --floor $(CURDIR)/$(BENCH_FLOOR) $(CURDIR)/$(BENCH_FLOOR_OBJ) \
 	--json $(BENCH_DIR)/results.json --markdown $(BENCH_DIR)/summary.md \
 	$(if $(BENCH_SECONDS),--seconds $(BENCH_SECONDS)) $(if $(BENCH_REPEATS),--repeats $(BENCH_REPEATS)) \
@@ -40,7 +44,7 @@ bench: deps-bench
 	@if [ "$$(id -u)" != 0 ]; then echo 'make bench: loads BPF and creates loop devices; run as root' >&2; exit 1; fi
 	@$(MAKE) --no-print-directory bench-run
 
-bench-run: $(DAEMON) $(BENCH_FLOOR_OBJ) $(BENCH_FLOOR) $(BENCH_LOWER_BOUND_OBJS)
+bench-run: $(DAEMON) $(BENCH_FLOOR_OBJ) $(BENCH_FLOOR) $(BENCH_LOWER_BOUND_OBJS) $(BENCH_JIT_LINES)
 	@mkdir -p $(BENCH_DIR)
 	$(PYTHON) bench/run.py $(BENCH_RUN_ARGS)
 	$(PYTHON) bench/diskstats_cost.py --daemon $(CURDIR)/$(DAEMON) $(if $(filter-out 0,$(BENCH_QUICK)),--idle 5 --scrapes 50)
@@ -59,7 +63,14 @@ $(BENCH_DIR)/lower_bound_at_%.bpf.o: bench/lower_bound.bpf.c include/mergewatch/
 	$(Q)$(CLANG) -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Werror -I$(dir $(VMLINUX_H)) -Iinclude \
 		-DCOUNT_AT_COMPLETION=$(if $(filter completion,$*),1,0) $(CLANG_BPF_SYS_INCLUDES) -c $< -o $@
 
-$(BENCH_FLOOR): bench/floor.c
+$(BENCH_DIR)/lower_bound_with_evidence.bpf.o: bench/lower_bound.bpf.c include/mergewatch/abi.h $(VMLINUX_H)
+	@mkdir -p $(dir $@)
+	$(call msg,BPF,$@)
+	$(Q)$(CLANG) -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Werror -I$(dir $(VMLINUX_H)) -Iinclude \
+		-DCOUNT_AT_COMPLETION=0 -DGETRQ_EVIDENCE=1 $(CLANG_BPF_SYS_INCLUDES) -c $< -o $@
+
+# The floor's loader, and jit_lines (a BPF program's JIT image and line info, for bench/bpf_profile.py).
+$(BENCH_FLOOR) $(BENCH_JIT_LINES): $(BENCH_DIR)/%: bench/%.c
 	@mkdir -p $(dir $@)
 	$(call msg,CC,$@)
 	$(Q)$(CC) -O2 -g -Wall -Wextra -Werror $$(pkg-config --cflags libbpf) $< $$(pkg-config --libs libbpf) -o $@
