@@ -17,7 +17,7 @@ bpftool and perf (linux-perf); make bench installs them and builds jit_lines.
   bench/bpf_profile.py build/mergewatchd
   AB_WORK=collapse bench/bpf_profile.py "build/bench/floor build/bench/lower_bound_at_dispatch.bpf.o"
 """
-import bisect, collections, os, re, shlex, signal, subprocess, sys, tempfile, time
+import bisect, collections, os, re, shlex, shutil, signal, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bpf_ab import fio_command, prog_ids, ram_loop, sh  # noqa: E402
@@ -65,7 +65,7 @@ def main():
     if os.geteuid() != 0:
         sys.exit("bpf_profile: needs root (BPF, perf, loop devices)")
     for tool in ("fio", "bpftool", "perf", JIT_LINES):
-        if not os.access(tool, os.X_OK) and subprocess.run(["which", tool], capture_output=True).returncode:
+        if not shutil.which(tool):
             sys.exit(f"bpf_profile: {tool} not found (make bench installs and builds what it needs)")
     target = sys.argv[1]
     seconds = int(os.environ.get("AB_SECONDS", "6"))
@@ -118,7 +118,7 @@ def main():
         print(f"== {name}: {total} samples")
         for (insn, text), count in per_line.most_common(top):
             print(f"  {100 * count / total:5.1f}%  insn {insn:4d}  {text[:140]}")
-    subprocess.run(["rm", "-rf", workdir])
+    shutil.rmtree(workdir)
 
 
 if __name__ == "__main__":

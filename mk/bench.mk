@@ -57,17 +57,13 @@ $(BENCH_FLOOR_OBJ): bench/floor.bpf.c $(VMLINUX_H)
 	$(Q)$(CLANG) -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Werror -I$(dir $(VMLINUX_H)) \
 		$(CLANG_BPF_SYS_INCLUDES) -c $< -o $@
 
-$(BENCH_DIR)/lower_bound_at_%.bpf.o: bench/lower_bound.bpf.c include/mergewatch/abi.h $(VMLINUX_H)
+# lower_bound_<way>.bpf.o: at_completion, at_dispatch, with_evidence (at dispatch, evidence on block_getrq).
+$(BENCH_DIR)/lower_bound_%.bpf.o: bench/lower_bound.bpf.c include/mergewatch/abi.h $(VMLINUX_H)
 	@mkdir -p $(dir $@)
 	$(call msg,BPF,$@)
 	$(Q)$(CLANG) -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Werror -I$(dir $(VMLINUX_H)) -Iinclude \
-		-DCOUNT_AT_COMPLETION=$(if $(filter completion,$*),1,0) $(CLANG_BPF_SYS_INCLUDES) -c $< -o $@
-
-$(BENCH_DIR)/lower_bound_with_evidence.bpf.o: bench/lower_bound.bpf.c include/mergewatch/abi.h $(VMLINUX_H)
-	@mkdir -p $(dir $@)
-	$(call msg,BPF,$@)
-	$(Q)$(CLANG) -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Werror -I$(dir $(VMLINUX_H)) -Iinclude \
-		-DCOUNT_AT_COMPLETION=0 -DGETRQ_EVIDENCE=1 $(CLANG_BPF_SYS_INCLUDES) -c $< -o $@
+		-DCOUNT_AT_COMPLETION=$(if $(filter at_completion,$*),1,0) \
+		-DGETRQ_EVIDENCE=$(if $(filter with_evidence,$*),1,0) $(CLANG_BPF_SYS_INCLUDES) -c $< -o $@
 
 # The floor's loader, and jit_lines (a BPF program's JIT image and line info, for bench/bpf_profile.py).
 $(BENCH_FLOOR) $(BENCH_JIT_LINES): $(BENCH_DIR)/%: bench/%.c
