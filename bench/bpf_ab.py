@@ -18,6 +18,9 @@ programs the process holds, such as the floor loader with a scratch object (BENC
 """
 import json, os, shlex, subprocess, sys, time, signal
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import run  # noqa: E402  (bench/run.py: remove_loop_node, which knows the loop nodes that were there before)
+
 
 def sh(c, **k): return subprocess.run(c, shell=True, check=True, capture_output=True, text=True, **k).stdout
 
@@ -39,6 +42,14 @@ def ram_loop(img):
     sh(f"dd if=/dev/zero of={loop} bs=1M count=1024 oflag=direct status=none")
     sh(f"echo none > /sys/block/{loop.split('/')[-1]}/queue/scheduler")
     return loop
+
+
+def release_loop(loop, img):
+    """Detaches ram_loop()'s device, removes the node the attach added (losetup leaves it) and the image."""
+    sh(f"echo 0 > /sys/block/{loop.split('/')[-1]}/queue/nomerges")
+    sh(f"losetup -d {loop}")
+    run.remove_loop_node(loop)
+    os.unlink(img)
 
 
 def prog_ids(pid):
@@ -89,8 +100,7 @@ def main():
                 res[d].append((total, per))
                 p.send_signal(signal.SIGTERM); p.wait()
     finally:
-        sh(f"echo 0 > /sys/block/{dev}/queue/nomerges")
-        sh(f"losetup -d {loop}"); os.unlink(img)
+        release_loop(loop, img)
     for d in daemons:
         tots = sorted(t for t, _ in res[d])
         print(f"{d}: ns/IO median {tots[len(tots)//2]:.0f} all {[round(t) for t in tots]}")

@@ -20,7 +20,7 @@ bpftool and perf (linux-perf); make bench installs them and builds jit_lines.
 import bisect, collections, os, re, shlex, shutil, signal, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bpf_ab import fio_command, prog_ids, ram_loop, sh  # noqa: E402
+from bpf_ab import fio_command, prog_ids, ram_loop, release_loop, sh  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 JIT_LINES = os.path.join(REPO, "build", "bench", "jit_lines")
@@ -93,9 +93,7 @@ def main():
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait()
-        sh(f"echo 0 > /sys/block/{loop.split('/')[-1]}/queue/nomerges")
-        sh(f"losetup -d {loop}")
-        os.unlink(img)
+        release_loop(loop, img)
     samples = collections.defaultdict(collections.Counter)
     script = subprocess.run(["perf", "script", "-i", perf_data, "-F", "ip,sym,symoff"], capture_output=True,
                             text=True).stdout
