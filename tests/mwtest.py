@@ -3,6 +3,8 @@
 loop devices, the BPF links a process holds, and the strict readers of a Prometheus scrape. Each
 suite's conftest (tests/vm: vmtest.py) imports them from here."""
 import ctypes
+import errno
+import fcntl
 import json
 import os
 import socket
@@ -52,6 +54,7 @@ class LoopDevice:
             os.ftruncate(fd, size_mb << 20)
         finally:
             os.close(fd)
+        nodes_before = _loop_nodes()
         try:
             self.path = subprocess.run(["losetup", "--find", "--show", self.backing], capture_output=True,
                                        text=True, check=True, timeout=30).stdout.strip()
@@ -59,6 +62,8 @@ class LoopDevice:
             os.unlink(self.backing)
             raise
         self.name = os.path.basename(self.path)
+        # losetup --find adds a node when every one is attached, and detach leaves it: removed at detach.
+        self.added_node = self.name not in nodes_before
         self.size_mb = size_mb
         self.saved_queue = {}
 
@@ -120,6 +125,29 @@ class LoopDevice:
         subprocess.run(["losetup", "-d", self.path], check=False, timeout=30)
         if os.path.exists(self.backing):
             os.unlink(self.backing)
+        if self.added_node:
+            _remove_loop_node(self.name)
+
+
+LOOP_CTL_REMOVE = 0x4C81  # linux/loop.h
+
+
+def _loop_nodes():
+    return {d for d in os.listdir("/sys/block") if d.startswith("loop")}
+
+
+def _remove_loop_node(name):
+    """Removes the unattached loop node `name`; the detach before may take a moment to let go of it.
+    Best effort: a node someone attached again meanwhile stays (EBUSY), and so does one already gone."""
+    for _ in range(50):
+        try:
+            with open("/dev/loop-control", "wb") as ctl:
+                fcntl.ioctl(ctl, LOOP_CTL_REMOVE, int(name.removeprefix("loop")))
+            return
+        except OSError as e:
+            if e.errno != errno.EBUSY:
+                return  # ENODEV/ENXIO: gone already
+            time.sleep(0.1)
 
 
 @pytest.fixture
