@@ -54,7 +54,7 @@ class LoopDevice:
             os.ftruncate(fd, size_mb << 20)
         finally:
             os.close(fd)
-        nodes_before = _loop_nodes()
+        nodes_before = loop_nodes()
         try:
             self.path = subprocess.run(["losetup", "--find", "--show", self.backing], capture_output=True,
                                        text=True, check=True, timeout=30).stdout.strip()
@@ -132,7 +132,8 @@ class LoopDevice:
 LOOP_CTL_REMOVE = 0x4C81  # linux/loop.h
 
 
-def _loop_nodes():
+def loop_nodes():
+    """The loop device nodes in /sys/block, attached or not."""
     return {d for d in os.listdir("/sys/block") if d.startswith("loop")}
 
 

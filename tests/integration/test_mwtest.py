@@ -6,12 +6,9 @@ import os
 import pytest
 
 from conftest import LoopDevice
+from mwtest import loop_nodes
 
 pytestmark = pytest.mark.privileged
-
-
-def loop_nodes():
-    return {d for d in os.listdir("/sys/block") if d.startswith("loop")}
 
 
 def unattached(nodes):
