@@ -41,8 +41,6 @@ mount namespace, so the host's mounts are never touched. The end of the run chec
 """
 import argparse
 import datetime
-import errno
-import fcntl
 import json
 import math
 import os
@@ -63,6 +61,8 @@ BPFTRACE_SCRIPT = os.path.join(HERE, "mergewatch-equivalent.bt")
 # A sysfs tree with dm devices stacked on a disk: mergewatchd then attaches block_bio_queue too.
 STACKED_SYSFS = os.path.join(REPO, "tests", "fixtures", "sysfs", "seed-lvm-snapshot")
 BIOLATENCY = "/usr/sbin/biolatency"
+sys.path.insert(0, os.path.join(REPO, "tests"))
+import loop_nodes  # noqa: E402  (tests/loop_nodes.py: standard library only, shared with the suites)
 SHM_PREFIX = f"/dev/shm/mergewatch-bench-{os.getpid()}-"
 
 # The performance targets, checked in the summary.
@@ -147,11 +147,10 @@ def spawn(cmd, **kw):
     return proc
 
 
-LOOP_CTL_REMOVE = 0x4C81
 # The loop device nodes there were before this run: the ones it adds (losetup -f makes a node when none is
 # free) are removed once detached, or every run would leave its devices as empty nodes in /sys/block
 # (101 of them on this host once, each a device with series in every daemon's scrape).
-LOOPS_BEFORE = {d for d in os.listdir("/sys/block") if d.startswith("loop")} if os.path.isdir("/sys/block") else set()
+LOOPS_BEFORE = loop_nodes.loop_nodes()
 
 
 def remove_loop_node(dev):
@@ -159,18 +158,7 @@ def remove_loop_node(dev):
     name = os.path.basename(dev)
     if name in LOOPS_BEFORE or not name.removeprefix("loop").isdigit():
         return
-    for _ in range(50):
-        try:
-            with open("/dev/loop-control", "wb") as ctl:
-                fcntl.ioctl(ctl, LOOP_CTL_REMOVE, int(name.removeprefix("loop")))
-            return
-        except OSError as e:
-            if e.errno in (errno.ENODEV, errno.ENXIO, errno.ENOENT):
-                return  # gone already
-            if e.errno != errno.EBUSY:
-                raise
-            time.sleep(0.1)
-    raise OSError(errno.EBUSY, f"{dev} stayed busy after its detach (attached again by someone else?)")
+    loop_nodes.remove_loop_node(name)
 
 
 def make_loop(size_mb, name, fill=False):

@@ -4,7 +4,6 @@ loop devices, the BPF links a process holds, and the strict readers of a Prometh
 suite's conftest (tests/vm: vmtest.py) imports them from here."""
 import ctypes
 import errno
-import fcntl
 import json
 import os
 import socket
@@ -14,6 +13,7 @@ import tempfile
 import time
 
 import pytest
+from loop_nodes import loop_nodes, remove_loop_node  # noqa: F401  (loop_nodes: the suites' import)
 from prometheus_client.parser import text_string_to_metric_families
 
 
@@ -126,29 +126,12 @@ class LoopDevice:
         if os.path.exists(self.backing):
             os.unlink(self.backing)
         if self.added_node:
-            _remove_loop_node(self.name)
-
-
-LOOP_CTL_REMOVE = 0x4C81  # linux/loop.h
-
-
-def loop_nodes():
-    """The loop device nodes in /sys/block, attached or not."""
-    return {d for d in os.listdir("/sys/block") if d.startswith("loop")}
-
-
-def _remove_loop_node(name):
-    """Removes the unattached loop node `name`; the detach before may take a moment to let go of it.
-    Best effort: a node someone attached again meanwhile stays (EBUSY), and so does one already gone."""
-    for _ in range(50):
-        try:
-            with open("/dev/loop-control", "wb") as ctl:
-                fcntl.ioctl(ctl, LOOP_CTL_REMOVE, int(name.removeprefix("loop")))
-            return
-        except OSError as e:
-            if e.errno != errno.EBUSY:
-                return  # ENODEV/ENXIO: gone already
-            time.sleep(0.1)
+            try:
+                remove_loop_node(self.name)
+            except OSError as e:
+                if e.errno != errno.EBUSY:
+                    raise
+                # attached again by someone else meanwhile: theirs now, left in place
 
 
 @pytest.fixture
