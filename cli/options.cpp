@@ -6,10 +6,9 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 #include <set>
-#include <sstream>
 
+#include "config_file.h"
 #include "flag_args.h"
 
 #ifndef MERGEWATCH_VERSION
@@ -21,21 +20,9 @@ namespace {
 
 constexpr int kExitUsage = 2;
 
-bool ReadFile(const std::string& path, std::string* text, std::string* error) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    *error = "cannot read " + path;
-    return false;
-  }
-  std::ostringstream s;
-  s << in.rdbuf();
-  *text = s.str();
-  return true;
-}
-
 // A password file holds the password and at most a final newline.
 bool ReadPassword(const std::string& path, std::string* password, std::string* error) {
-  if (!ReadFile(path, password, error)) return false;
+  if (!ReadConfigFile(path, password, error)) return false;
   while (!password->empty() && (password->back() == '\n' || password->back() == '\r')) password->pop_back();
   if (password->empty()) {
     *error = "the password file " + path + " is empty";
@@ -184,7 +171,7 @@ std::string ApplyCredentials(const RawFlags& raw, bool url_from_flag, CommandLin
     std::string text;
     const size_t slash = raw.config_file.rfind('/');
     const std::string dir = slash == std::string::npos ? "." : raw.config_file.substr(0, slash);
-    if (!ReadFile(raw.config_file, &text, &error) || !ApplyClientConfig(text, dir, &c, url_from_flag, &error))
+    if (!ReadConfigFile(raw.config_file, &text, &error) || !ApplyClientConfig(text, dir, &c, url_from_flag, &error))
       return "--config " + raw.config_file + ": " + error;
   }
   return "";

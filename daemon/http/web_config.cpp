@@ -9,9 +9,9 @@
 #include <strings.h>
 
 #include <cctype>
-#include <fstream>
 #include <set>
-#include <sstream>
+
+#include "config_file.h"
 
 namespace mergewatch {
 namespace {
@@ -34,18 +34,6 @@ bool CheckKeys(const YAML::Node& node, const std::string& where, const std::set<
       return false;
     }
   }
-  return true;
-}
-
-bool ReadFile(const std::string& path, std::string* content, std::string* error) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    *error = "cannot read " + path;
-    return false;
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  *content = text.str();
   return true;
 }
 
@@ -434,7 +422,7 @@ bool ParseWebConfig(const std::string& yaml, const std::string& base_dir, WebCon
 
 bool LoadWebConfig(const std::string& path, WebConfig* config, WebSecrets* secrets, std::string* error) {
   std::string text;
-  if (!ReadFile(path, &text, error)) return false;
+  if (!ReadConfigFile(path, &text, error)) return false;
   const size_t slash = path.rfind('/');
   const std::string base_dir = slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
   if (!ParseWebConfig(text, base_dir, config, error)) {
@@ -442,10 +430,10 @@ bool LoadWebConfig(const std::string& path, WebConfig* config, WebSecrets* secre
     return false;
   }
   if (config->tls()) {
-    if (!ReadFile(config->cert_file, &secrets->cert_pem, error) ||
-        !ReadFile(config->key_file, &secrets->key_pem, error))
+    if (!ReadConfigFile(config->cert_file, &secrets->cert_pem, error) ||
+        !ReadConfigFile(config->key_file, &secrets->key_pem, error))
       return false;
-    if (!config->client_ca_file.empty() && !ReadFile(config->client_ca_file, &secrets->client_ca_pem, error))
+    if (!config->client_ca_file.empty() && !ReadConfigFile(config->client_ca_file, &secrets->client_ca_pem, error))
       return false;
     // Loaded here once, to say which file is wrong and why before any BPF work; libmicrohttpd
     // loads them again itself and only reports that it failed.

@@ -579,6 +579,19 @@ def test_garbage_hash_and_cost_31_are_refused_at_start(tmp_path):
     assert "basic_auth_users" not in r.stderr and "256.0.0.1" in r.stderr, r.stderr
 
 
+def test_web_config_path_that_is_no_file_is_refused_at_start(tmp_path):
+    """A directory (a stream read it as an empty file: plain HTTP without authentication, with a warning) and a
+    FIFO (the start would wait for a writer): exit 2 at once, naming the path and why."""
+    fifo = tmp_path / "web.fifo"
+    os.mkfifo(fifo)
+    for path, why in ((tmp_path, "a directory, not a file"), (fifo, "not a regular file")):
+        # the timeout is the hang bound: a FIFO opened blocking never returns
+        r = subprocess.run([DAEMON, f"--web.config.file={path}", f"--web.listen-address=127.0.0.1:{free_port()}"],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == EXIT_USAGE, r
+        assert f"--web.config.file: cannot read {path}: {why}" in r.stderr, r.stderr
+
+
 @pytest.mark.privileged
 @pytest.mark.parametrize("text", ["", "# nothing but a comment\n", "basic_auth_users:\n"],
                          ids=["empty", "comments-only", "empty-basic_auth_users"])

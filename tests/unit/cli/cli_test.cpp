@@ -456,6 +456,12 @@ TEST(CommandLine, APasswordNeverComesFromTheCommandLine) {
   const std::string empty = TempFile("\n");
   EXPECT_EQ(Parsed({"status", "--user", "u", "--password-file", empty.c_str()}).exit_code, 2);
   EXPECT_EQ(Parsed({"status", "--user", "u", "--password-file", "/nonexistent"}).exit_code, 2);
+  p = Parsed({"status", "--user", "u", "--password-file", "/tmp"});  // a stream read a directory as empty
+  EXPECT_EQ(p.exit_code, 2);
+  EXPECT_NE(p.output.find("cannot read /tmp: a directory, not a file"), std::string::npos) << p.output;
+  p = Parsed({"status", "--config", "/tmp"});
+  EXPECT_EQ(p.exit_code, 2);
+  EXPECT_NE(p.output.find("--config /tmp: cannot read /tmp: a directory, not a file"), std::string::npos) << p.output;
   unlink(password.c_str());
   unlink(empty.c_str());
 }

@@ -462,7 +462,7 @@ TEST(WebConfig, LoadSaysWhichFileIsWrongBeforeAnyServerStarts) {
   WebSecrets secrets;
   std::string error;
   EXPECT_FALSE(LoadWebConfig(dir + "/web.yml", &c, &secrets, &error));
-  EXPECT_EQ(error, "cannot read " + dir + "/server.crt");  // relative to the file's directory
+  EXPECT_EQ(error, "cannot read " + dir + "/server.crt: No such file or directory");  // relative to the file's directory
   std::ofstream(dir + "/server.crt") << "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n";
   std::ofstream(dir + "/server.key") << "garbage\n";
   c = WebConfig();
