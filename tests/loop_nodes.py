@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The host's loop device nodes, and removing one a detach left behind: `losetup --find` adds a node when
 every node is attached, and a detach leaves that node in /sys/block (a CI host collected dozens, each a device
-in every daemon's scrape). Standard library only: mwtest (the suites, the VM guest) and bench/run.py (make
+in every daemon's scrape). Standard library only: mwtest (every suite, the VM suite's host side included) and bench/run.py (make
 bench, which installs neither pytest nor prometheus_client) both import it."""
 import errno
 import fcntl
@@ -18,15 +18,15 @@ def loop_nodes():
     return {d for d in os.listdir("/sys/block") if d.startswith("loop")}
 
 
-def remove_loop_node(name, tries=50, pause=0.1):
+def remove_loop_node(name):
     """Removes the unattached loop node `name` (loopN or /dev/loopN). A node already gone is fine. The detach
-    before may take a moment to let go of it, so EBUSY is retried `tries` times; a node still busy then (attached
+    before may take a moment to let go of it, so EBUSY is retried for 5 s; a node still busy then (attached
     again by someone else) raises OSError(EBUSY), as does any other refusal, with its own errno."""
     name = os.path.basename(name)
     index = name.removeprefix("loop")
     if not index.isdigit():
         raise ValueError(f"not a loop device: {name!r}")
-    for _ in range(tries):
+    for _ in range(50):
         try:
             with open("/dev/loop-control", "wb") as ctl:
                 fcntl.ioctl(ctl, LOOP_CTL_REMOVE, int(index))
@@ -36,5 +36,5 @@ def remove_loop_node(name, tries=50, pause=0.1):
                 return  # gone already
             if e.errno != errno.EBUSY:
                 raise
-            time.sleep(pause)
+            time.sleep(0.1)
     raise OSError(errno.EBUSY, f"{name} stayed busy after its detach (attached again by someone else?)")
