@@ -74,6 +74,16 @@ struct bio___with_blkg { /* CONFIG_BLK_CGROUP */
 	struct blkcg_gq *bi_blkg;
 } __attribute__((preserve_access_index));
 
+/*
+ * v6.9 caches the block layer's clock in the plug: blk_time_get_ns() returns plug->cur_ktime, set at
+ * its first use in the plug and cleared when the plug flushes or the task schedules, so
+ * rq->io_start_time_ns may be older than the dispatch. commit da4c8c3d0975 ("block: cache current
+ * nsec time in struct blk_plug"); docs/design/request-clock.md.
+ */
+struct blk_plug___with_ktime {
+	__u64 cur_ktime;
+} __attribute__((preserve_access_index));
+
 #endif /* MERGEWATCH_CORE_FIXES_TYPES */
 
 static __always_inline struct gendisk *MW_FN(mw_rq_disk)(struct request *rq)
@@ -197,4 +207,24 @@ static __always_inline __u32 MW_FN(mw_plug_rq_count)(struct blk_plug *plug)
 		return plug->rq_count;
 #endif
 	return BPF_CORE_READ(plug, rq_count);
+}
+
+/*
+ * plug->cur_ktime of the current task's plug: 0 when the task has no plug, the plug holds no cached
+ * time, or the kernel caches none (before v6.9).
+ */
+static __always_inline __u64 MW_FN(mw_plug_cached_ns)(void)
+{
+	struct blk_plug___with_ktime *plug;
+
+	if (!bpf_core_field_exists(struct blk_plug___with_ktime, cur_ktime))
+		return 0;
+	plug = (void *)MW_FN(mw_current_plug)();
+	if (!plug)
+		return 0;
+#ifdef MW_TYPED_ARGS
+	if (bpf_core_enum_value_exists(enum bpf_func_id, BPF_FUNC_get_current_task_btf))
+		return plug->cur_ktime;
+#endif
+	return BPF_CORE_READ(plug, cur_ktime);
 }

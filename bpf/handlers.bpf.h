@@ -304,10 +304,15 @@ static __always_inline void MW_FN(enter_scheduler)(const struct mw_run *run, str
 static __always_inline int MW_FN(handle_rq_insert)(const struct mw_run *run, struct request *rq,
 						 enum mw_slot_access claim)
 {
-	__u64 now = bpf_ktime_get_ns();
-	struct mw_inflight *slot = inflight_slot(run, rq, now, claim);
-	struct request_queue *q;
+	struct request_queue *q = MW_READ(rq, q);
+	struct mw_inflight *slot;
+	__u64 now;
 
+	/* Without a scheduler nothing is queued to time: the request clock starts at dispatch. */
+	if (request_clock != MW_CLOCK_TABLE && !MW_READ(q, elevator))
+		return 0;
+	now = bpf_ktime_get_ns();
+	slot = inflight_slot(run, rq, now, claim);
 	if (!slot) {
 		count_event(MW_CNT_INFLIGHT_FULL);
 		return 0;
@@ -316,7 +321,6 @@ static __always_inline int MW_FN(handle_rq_insert)(const struct mw_run *run, str
 		count_not_seen(slot); /* see handle_rq_issue */
 	slot->insert_ns = now;
 	slot->issue_ns = 0;
-	q = MW_READ(rq, q);
 	if (MW_READ(q, elevator))
 		MW_FN(enter_scheduler)(run, rq, q);
 	return 0;
@@ -354,6 +358,42 @@ static __always_inline __u32 MW_FN(dispatch_volume)(const struct mw_dev_key *key
 }
 
 /*
+ * The final completion of a request dispatched at `issue_ns`: its device time counted for the device and op
+ * `key` names and, with `origin`, for the volume it came from.
+ */
+static __always_inline void MW_FN(time_request)(const struct mw_dev_key *key, __u32 origin, __u64 issue_ns,
+						enum mw_timed_by clock)
+{
+	__u64 now = bpf_ktime_get_ns();
+	/*
+	 * Dispatch and completion may read the clock on two CPUs: a completion stamped
+	 * before its dispatch is a skew between them, not a lost request; it is timed at 0.
+	 */
+	__u64 latency = now > issue_ns ? now - issue_ns : 0;
+	struct mw_dev_stats *stats = MW_FN(stats_of_key)(key);
+	struct mw_origin_stats *volume;
+	struct mw_origin_key pair;
+
+	if (stats) {
+		hist_add(stats->latency_slots, &stats->latency_sum_ns, latency, MW_LAT_MIN_SHIFT, MW_LAT_SLOTS);
+		if (clock == MW_TIMED_BY_STAMP)
+			stats->timed_kernel_stamp++;
+		else if (clock == MW_TIMED_BY_DISPATCH)
+			stats->timed_dispatch_clock++;
+		else
+			stats->timed_inflight_table++;
+	}
+	if (!origin)
+		return;
+	pair_key(&pair, key, origin);
+	volume = origin_stats_at(&pair, false);
+	if (volume)
+		hist_add(volume->latency_slots, &volume->latency_sum_ns, latency, MW_LAT_MIN_SHIFT, MW_LAT_SLOTS);
+}
+
+#include "request_clock.bpf.h"
+
+/*
  * Dispatch: the request is counted here, except right after a requeue (BLK_STS_RESOURCE
  * after blk_mq_start_request, an NVMe reset or path failover), which block_rq_requeue
  * marks in the request's in-flight slot: diskstats counts the request once. Counting at
@@ -383,6 +423,13 @@ static __always_inline int MW_FN(handle_rq_issue)(const struct mw_run *run, stru
 	if (mw_op_is_passthrough(op)) {
 		count_event(MW_CNT_PASSTHROUGH);
 		return 0;
+	}
+	if (request_clock != MW_CLOCK_TABLE) {
+		struct request_queue *q = MW_READ(rq, q);
+
+		/* A queue without a scheduler has no queue time to take: no table to read (request_clock.bpf.h). */
+		if (!MW_READ(q, elevator))
+			return MW_FN(issue_by_clock)(run, rq, q, op);
 	}
 	inflight_prefetch(pointer_value(run, rq));
 	disk = MW_FN(mw_rq_disk)(rq);
@@ -446,7 +493,11 @@ static __always_inline int MW_FN(handle_rq_issue)(const struct mw_run *run, stru
 /* Sent back to be dispatched again: its next dispatch is not a new request. */
 static __always_inline int MW_FN(handle_rq_requeue)(const struct mw_run *run, struct request *rq)
 {
-	struct mw_inflight *slot = inflight_slot(run, rq, 0, MW_SLOT_FIND);
+	struct mw_inflight *slot;
+
+	if (request_clock != MW_CLOCK_TABLE && !MW_READ(rq, q, elevator))
+		return MW_FN(requeue_by_clock)(run, rq);
+	slot = inflight_slot(run, rq, 0, MW_SLOT_FIND);
 
 	if (slot)
 		slot->requeued = 1;
@@ -460,26 +511,25 @@ static __always_inline int MW_FN(handle_rq_requeue)(const struct mw_run *run, st
 static __always_inline int MW_FN(handle_rq_complete)(const struct mw_run *run, struct request *rq, __u32 nr_bytes)
 {
 	struct mw_dev_key key = {};
-	struct mw_dev_stats *stats;
 	struct mw_inflight *slot;
-	__u64 now, latency, issue_ns = 0;
+	__u64 issue_ns = 0;
 	__u32 op, origin = 0;
 
 	/*
 	 * No inflight_prefetch() here: the first thing the completion needs is the slot (its key), and
 	 * the clock read cannot overlap the slot's transfer (the kernel's TSC read is ordered by LFENCE,
 	 * which waits for it). Tried: the clock first, after a prefetch: no better, in one batch worse.
+	 * A queue's scheduler cannot change while it has requests: elevator_switch() freezes the queue.
 	 */
+	if (request_clock != MW_CLOCK_TABLE && !MW_READ(rq, q, elevator))
+		return MW_FN(complete_by_clock)(run, rq, nr_bytes);
 	slot = inflight_slot(run, rq, 0, MW_SLOT_FIND);
 	if (slot) {
 		/* Partial completions fire too (nr_bytes < remaining bytes): wait for the last one. */
 		if (nr_bytes < MW_READ(rq, __data_len))
 			return 0;
 		issue_ns = slot->issue_ns;
-		key.major = slot->devt >> MW_MINORBITS;
-		key.minor = slot->devt & MW_MINORMASK;
-		key.op = slot->op;
-		key.diskseq = slot->diskseq;
+		dev_key_of(&key, slot->devt, slot->op, slot->diskseq);
 		origin = slot->origin;
 		slot->rq = 0;
 	}
@@ -503,26 +553,7 @@ static __always_inline int MW_FN(handle_rq_complete)(const struct mw_run *run, s
 		count_event(MW_CNT_NO_DISK);
 		return 0;
 	}
-	now = bpf_ktime_get_ns();
-	stats = MW_FN(stats_of_key)(&key);
-	/*
-	 * Dispatch and completion may read the clock on two CPUs: a completion stamped
-	 * before its dispatch is a skew between them, not a lost request; it is timed at 0.
-	 */
-	latency = now > issue_ns ? now - issue_ns : 0;
-	if (stats)
-		hist_add(stats->latency_slots, &stats->latency_sum_ns, latency, MW_LAT_MIN_SHIFT, MW_LAT_SLOTS);
-	if (origin) {
-		struct mw_origin_key pair;
-		struct mw_origin_stats *volume;
-
-		pair_key(&pair, &key, origin);
-		volume = origin_stats_at(&pair, false);
-
-		if (volume)
-			hist_add(volume->latency_slots, &volume->latency_sum_ns, latency, MW_LAT_MIN_SHIFT,
-				 MW_LAT_SLOTS);
-	}
+	MW_FN(time_request)(&key, origin, issue_ns, MW_TIMED_BY_TABLE);
 	return 0;
 }
 

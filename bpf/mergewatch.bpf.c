@@ -84,6 +84,63 @@ struct {
 
 const volatile __u32 inflight_slot_bits = 16;
 
+/*
+ * The request clock of queues without an I/O scheduler (docs/design/request-clock.md): the kernel's
+ * own dispatch stamp where it will be exact, else the dispatch clock table (struct mw_dispatch_clock
+ * in abi.h), indexed as the in-flight table's first way. Sized with it (--bpf.inflight-entries).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MW_DEFAULT_INFLIGHT_ENTRIES);
+	__type(key, __u32);
+	__type(value, struct mw_dispatch_clock);
+} dispatch_clock SEC(".maps");
+
+/*
+ * Set by the daemon from the kernel's BTF (bpf_loader.cpp, KernelStampBits): the bit of
+ * QUEUE_FLAG_STATS in request_queue->queue_flags and of RQF_STATS in request->rq_flags. With the
+ * queue flag set, blk_mq_start_request() stamps rq->io_start_time_ns right after block_rq_issue and
+ * sets RQF_STATS. request_clock: MW_CLOCK_* (abi.h), what --bpf.request-clock and the bits allow.
+ */
+const volatile __u32 request_clock = MW_CLOCK_TABLE;
+const volatile __u32 queue_flag_stats_bit = 0;
+const volatile __u32 rqf_stats_bit = 0;
+
+/*
+ * Requests requeued (block_rq_requeue) on a queue without a scheduler, until their next dispatch,
+ * which is not a new request. The dispatch looks here only while requeues_pending is not 0: a
+ * requeue is rare (SCSI busy, an NVMe reset, a path failover), and a host that never requeues never
+ * pays the lookup.
+ */
+struct mw_requeued {
+	__u64 start_ns; /* rq->start_time_ns at the requeue: the same allocation of the request */
+	__u64 at_ns;
+};
+
+#define MW_REQUEUED_ENTRIES 4096
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MW_REQUEUED_ENTRIES);
+	__type(key, __u64);
+	__type(value, struct mw_requeued);
+} requeued_requests SEC(".maps");
+
+__u64 requeues_pending = 0;
+
+/* Which clock timed a request (mw_dev_stats.timed_*). */
+enum mw_timed_by { MW_TIMED_BY_STAMP, MW_TIMED_BY_DISPATCH, MW_TIMED_BY_TABLE };
+
+/* The key of a device and op as a slot records them (MW_MKDEV's dev_t). */
+static __always_inline void dev_key_of(struct mw_dev_key *key, __u32 devt, __u32 op, __u64 diskseq)
+{
+	key->major = devt >> MW_MINORBITS;
+	key->minor = devt & MW_MINORMASK;
+	key->op = op;
+	key->pad = 0;
+	key->diskseq = diskseq;
+}
+
 /* A slot whose request has not completed for this long is taken over (a lost completion). */
 #define MW_INFLIGHT_STALE_NS (60ull * 1000000000ull)
 

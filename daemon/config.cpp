@@ -62,7 +62,7 @@ namespace {
 // The flags given as text, before CheckFlags turns them into Config fields.
 struct RawFlags {
   std::string log_level = "info", log_format = "logfmt", refresh = "1m";
-  std::string source = "auto", program_type = "auto";  // CLI11's IsMember admits only the enums' names
+  std::string source = "auto", program_type = "auto", request_clock = "auto";  // CLI11's IsMember admits only the enums' names
   std::string devices_include, devices_exclude = kDefaultDeviceExclude;
   std::string require_upper = "dm", window = "10s", raise_after = "5s", clear_after = "30s";
   bool both_device_flags = false;  // --devices.include and --devices.exclude both given
@@ -119,6 +119,12 @@ void DefineRunFlags(CLI::App& app, Config& config, RawFlags& raw) {
                  "one (raw_tp reads each field with bpf_probe_read_kernel, slower)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "tp_btf", "raw_tp"}));
+  app.add_option("--bpf.request-clock", raw.request_clock,
+                 "How requests on queues without an I/O scheduler are timed: auto (the kernel's dispatch stamp where "
+                 "it is within 1 us of the dispatch, else the dispatch's own clock, stored without a read), dispatch "
+                 "(always the dispatch's own clock), or table (the in-flight table, as on queues with a scheduler)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "dispatch", "table"}));
   app.add_option("--devices.include", raw.devices_include,
                  "Regex (ECMAScript, searched in the kernel name) of the devices to export; only these get series. "
                  "Mutually exclusive with --devices.exclude")
@@ -182,6 +188,8 @@ std::string CheckFlags(const RawFlags& raw, Config& config) {
   CollapsePolicy& policy = config.collapse;
   if (!ParseSourceChoice(raw.source, &config.source)) {
     error = "--source must be auto, bpf or diskstats, got \"" + raw.source + "\"";
+  } else if (!ParseRequestClock(raw.request_clock, &config.request_clock)) {
+    error = "--bpf.request-clock must be auto, dispatch or table, got \"" + raw.request_clock + "\"";
   } else if (!ParseProgramType(raw.program_type, &config.program_type)) {
     error = "--bpf.program-type must be auto, tp_btf or raw_tp, got \"" + raw.program_type + "\"";
   } else if (!ParseLogLevel(raw.log_level, &config.log_level)) {

@@ -33,6 +33,7 @@ struct Config {
   LogFormat log_format = LogFormat::kLogfmt;
   uint32_t inflight_entries = MW_DEFAULT_INFLIGHT_ENTRIES;
   ProgramType program_type = ProgramType::kAuto;  // --bpf.program-type
+  RequestClock request_clock = RequestClock::kAuto;  // --bpf.request-clock
   // A safety net: device add/remove/change arrive as uevents; what has none (queue/ settings
   // written by an admin) shows within this.
   Duration topology_refresh = std::chrono::minutes(1);

@@ -122,6 +122,7 @@ ProbeOptions LoaderOptions(const Config& config) {
   options.btf_path = config.btf_path;
   options.inflight_entries = config.inflight_entries;
   options.program_type = config.program_type;
+  options.request_clock = config.request_clock;
   options.sysfs_root = config.sysfs_root;
   return options;
 }

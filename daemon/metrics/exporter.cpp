@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "metrics/exporter.h"
 
+#include <array>
 #include <cmath>
 #include <map>
 #include <tuple>
@@ -105,6 +106,7 @@ namespace {
 // The per-device families: one series per (device, op) each, built from the summed stats.
 struct DeviceFamilies {
   MetricFamily size, latency, queue_latency, bio_size, merges, missed, missed_runs, missed_run_bytes, latency_lost;
+  MetricFamily timed_by, untimed;
 };
 
 DeviceFamilies MakeDeviceFamilies(bool reduced) {
@@ -150,14 +152,41 @@ DeviceFamilies MakeDeviceFamilies(bool reduced) {
              "request count equals the latency count plus these, except dispatches whose loss shows only when "
              "the request is next dispatched.",
              MetricType::Counter);
+  f.timed_by = Family("mergewatch_request_latency_timed_total",
+                      "Latency samples of mergewatch_request_latency_seconds by the clock that timed them: "
+                      "kernel_stamp (the kernel's dispatch stamp, rq->io_start_time_ns, where it is within 1 us of "
+                      "the dispatch), dispatch_clock (the dispatch's own clock, stored without a read), "
+                      "inflight_table (the in-flight table: queues with an I/O scheduler).",
+                      MetricType::Counter);
+  f.untimed = Family("mergewatch_request_latency_untimed",
+                     "Requests of mergewatch_request_size_bytes neither timed, nor in "
+                     "mergewatch_request_latency_lost_total, nor in flight (/sys/block/X/inflight): completions no "
+                     "program saw, derived at each read. Exact once I/O stops; while it runs, off by the requests "
+                     "that completed during the read.",
+                     MetricType::Gauge);
 
   return f;
 }
 
 // (device, op label) -> summed stats; std::map keeps the output order stable.
 using StatsByLabel = std::map<std::pair<std::string, std::string>, mw_dev_stats>;
+// device name -> the kernel's requests in flight {reads, writes}, over the disks counting under it.
+using InFlightByName = std::map<std::string, std::array<uint64_t, 2>>;
 
-void AddDeviceSeries(const StatsByLabel& by_label, bool reduced, DeviceFamilies* f) {
+// The untimed figure of one series: the direction's requests in flight are not lost (an op label that
+// is not "read" writes: rq_data_dir() of write, discard and write zeroes alike). Subtracting the whole
+// direction from each of its op labels may say 0 too soon while I/O runs, never too much at rest.
+uint64_t UntimedNotInFlight(const mw_dev_stats& stats, const std::string& op_label, const InFlightByName& in_flight,
+                            const std::string& device) {
+  const uint64_t untimed = UntimedRequests(stats);
+  const auto it = in_flight.find(device);
+  if (it == in_flight.end()) return untimed;
+  const uint64_t flying = it->second[op_label == "read" ? 0 : 1];
+  return untimed > flying ? untimed - flying : 0;
+}
+
+void AddDeviceSeries(const StatsByLabel& by_label, bool reduced, const InFlightByName& in_flight,
+                     DeviceFamilies* f) {
   // Every series is built in place in its family's vector, which never grows past its first
   // allocation; the bounds are the same for every histogram of a kind.
   for (MetricFamily* family :
@@ -165,6 +194,8 @@ void AddDeviceSeries(const StatsByLabel& by_label, bool reduced, DeviceFamilies*
     family->metric.reserve(by_label.size());
   f->merges.metric.reserve(2 * by_label.size());
   f->latency_lost.metric.reserve(2 * by_label.size());
+  f->timed_by.metric.reserve(3 * by_label.size());
+  f->untimed.metric.reserve(by_label.size());
   const std::vector<double> size_bounds = Log2Bounds(MW_SIZE_SLOTS, MW_SIZE_MIN_SHIFT, 1.0);
   const std::vector<double> latency_bounds = Log2Bounds(MW_LAT_SLOTS, MW_LAT_MIN_SHIFT, kNanosecondsPerSecond);
   const auto add = [](MetricFamily* family, const std::vector<ClientMetric::Label>& labels) -> ClientMetric& {
@@ -172,14 +203,15 @@ void AddDeviceSeries(const StatsByLabel& by_label, bool reduced, DeviceFamilies*
     family->metric.back().label = labels;
     return family->metric.back();
   };
-  std::vector<ClientMetric::Label> base(2), with_kind(3), with_reason(3);
-  base[0].name = with_kind[0].name = with_reason[0].name = "device";
-  base[1].name = with_kind[1].name = with_reason[1].name = "op";
+  std::vector<ClientMetric::Label> base(2), with_kind(3), with_reason(3), with_clock(3);
+  base[0].name = with_kind[0].name = with_reason[0].name = with_clock[0].name = "device";
+  base[1].name = with_kind[1].name = with_reason[1].name = with_clock[1].name = "op";
   with_kind[2].name = "kind";
   with_reason[2].name = "reason";
+  with_clock[2].name = "clock";
   for (const auto& [labels, stats] : by_label) {
-    base[0].value = with_kind[0].value = with_reason[0].value = labels.first;
-    base[1].value = with_kind[1].value = with_reason[1].value = labels.second;
+    base[0].value = with_kind[0].value = with_reason[0].value = with_clock[0].value = labels.first;
+    base[1].value = with_kind[1].value = with_reason[1].value = with_clock[1].value = labels.second;
     uint64_t issued = 0, bios = 0;
     for (uint64_t v : stats.size_slots) issued += v;
     for (uint64_t v : stats.bio_size_slots) bios += v;
@@ -216,6 +248,14 @@ void AddDeviceSeries(const StatsByLabel& by_label, bool reduced, DeviceFamilies*
       add(&f->latency_lost, with_reason).counter.value = static_cast<double>(stats.latency_lost_inflight_full);
       with_reason[2].value = "complete_not_seen";
       add(&f->latency_lost, with_reason).counter.value = static_cast<double>(stats.latency_lost_not_seen);
+      with_clock[2].value = "kernel_stamp";
+      add(&f->timed_by, with_clock).counter.value = static_cast<double>(stats.timed_kernel_stamp);
+      with_clock[2].value = "dispatch_clock";
+      add(&f->timed_by, with_clock).counter.value = static_cast<double>(stats.timed_dispatch_clock);
+      with_clock[2].value = "inflight_table";
+      add(&f->timed_by, with_clock).counter.value = static_cast<double>(stats.timed_inflight_table);
+      add(&f->untimed, base).gauge.value =
+          static_cast<double>(UntimedNotInFlight(stats, labels.second, in_flight, labels.first));
     }
     if (issued > 0 || stats.back_merges > 0 || stats.front_merges > 0) {
       with_kind[2].value = "back";
@@ -364,14 +404,23 @@ std::vector<MetricFamily> BuildMetricFamilies(const Snapshot& snapshot, DeviceNa
     auto [it, inserted] = by_label.try_emplace({*name, OpLabel(key.op)}, mw_dev_stats{});
     AccumulateStats(stats, &it->second);
   }
+  InFlightByName in_flight;
+  for (const auto& [disk, counts] : snapshot.in_flight) {
+    std::optional<std::string> name = name_of(disk.major, disk.minor, disk.diskseq);
+    if (!name) continue;
+    std::array<uint64_t, 2>& sum = in_flight[*name];
+    sum[0] += counts[0];
+    sum[1] += counts[1];
+  }
   DeviceFamilies device = MakeDeviceFamilies(snapshot.reduced);
-  AddDeviceSeries(by_label, snapshot.reduced, &device);
+  AddDeviceSeries(by_label, snapshot.reduced, in_flight, &device);
   std::vector<MetricFamily> remap = RemapFamilies(snapshot, names, name_of);
   std::vector<MetricFamily> own = DaemonFamilies(snapshot, status, unresolved.size());
 
   std::vector<MetricFamily> families;
   families.reserve(18);  // and the collector's scrape errors
-  for (MetricFamily* f : {&device.size, &device.latency, &device.latency_lost, &device.queue_latency,
+  for (MetricFamily* f : {&device.size, &device.latency, &device.latency_lost, &device.timed_by, &device.untimed,
+                          &device.queue_latency,
                           &device.bio_size, &device.merges, &device.missed, &device.missed_runs,
                           &device.missed_run_bytes})
     families.push_back(std::move(*f));

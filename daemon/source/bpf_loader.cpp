@@ -124,6 +124,42 @@ bool EnumHasValue(const struct btf* btf, const char* name, const char* value) {
   return false;
 }
 
+// The value of the enumerator `name` in any enum of the BTF, named or not (QUEUE_FLAG_* is an anonymous
+// enum since v6.11, RQF_* bits were one in v6.11-v6.13); -1 if none has it.
+long long EnumeratorValue(const struct btf* btf, const char* name) {
+  const uint32_t types = btf__type_cnt(btf);
+  for (uint32_t id = 1; id < types; ++id) {
+    const struct btf_type* type = btf__type_by_id(btf, id);
+    if (type == nullptr || !(btf_is_enum(type) || btf_is_enum64(type))) continue;
+    const int n = btf_vlen(type);
+    for (int i = 0; i < n; ++i) {
+      const bool is64 = btf_is_enum64(type);
+      const uint32_t name_off = is64 ? btf_enum64(type)[i].name_off : btf_enum(type)[i].name_off;
+      const char* s = btf__name_by_offset(btf, name_off);
+      if (s == nullptr || strcmp(s, name) != 0) continue;
+      return is64 ? static_cast<long long>(btf_enum64_value(btf_enum64(type) + i)) : btf_enum(type)[i].val;
+    }
+  }
+  return -1;
+}
+
+// Where blk_mq_start_request() says the kernel stamped a request (bpf/request_clock.bpf.h). Enumerators since
+// v6.11: commit 55177adf1837 ("block: Make QUEUE_FLAG_x as an enum") and 5f89154e8e9e ("block: Use enum to
+// define RQF_x bit indexes"). Before, #defines the BTF does not carry: QUEUE_FLAG_STATS 20 and RQF_STATS
+// (1 << 17), as in the sources of Debian's 5.10 and 6.1 (docs/design/request-clock.md).
+void ReadStampBits(const struct btf* btf, KernelFeatures* features) {
+  const long long queue_flag = EnumeratorValue(btf, "QUEUE_FLAG_STATS");
+  const long long rqf = EnumeratorValue(btf, "__RQF_STATS");
+  features->stamp_bits_from_btf = queue_flag >= 0 && rqf >= 0;
+  if (features->stamp_bits_from_btf && queue_flag < 64 && rqf < 32) {
+    features->queue_flag_stats_bit = static_cast<int>(queue_flag);
+    features->rqf_stats_bit = static_cast<int>(rqf);
+  } else if (queue_flag < 0 && rqf < 0) {
+    features->queue_flag_stats_bit = 20;
+    features->rqf_stats_bit = 17;
+  }
+}
+
 std::pair<std::string, std::string> SplitSection(const char* section) {
   std::string s = section != nullptr ? section : "";
   size_t slash = s.find('/');
@@ -140,6 +176,25 @@ const char* ProgramTypeName(ProgramType type) {
     case ProgramType::kAuto: break;
   }
   return "auto";
+}
+
+const char* RequestClockName(RequestClock clock) {
+  switch (clock) {
+    case RequestClock::kDispatch: return "dispatch";
+    case RequestClock::kTable: return "table";
+    case RequestClock::kAuto: break;
+  }
+  return "auto";
+}
+
+bool ParseRequestClock(const std::string& text, RequestClock* out) {
+  for (RequestClock c : {RequestClock::kAuto, RequestClock::kDispatch, RequestClock::kTable}) {
+    if (text == RequestClockName(c)) {
+      *out = c;
+      return true;
+    }
+  }
+  return false;
 }
 
 bool ParseProgramType(const std::string& text, ProgramType* out) {
@@ -213,6 +268,14 @@ LoadReply CheckPrerequisites(const ProbeOptions& options, KernelFeatures* featur
                  "or --path.btf pointing at the running kernel's BTF");
     return Failure(ProbeError::kNoBtf, error);
   }
+  if (options.request_clock == RequestClock::kAuto) {
+    if (features->queue_flag_stats_bit < 0)
+      LogWarn("kernel BTF names one of QUEUE_FLAG_STATS and __RQF_STATS but not the other: requests on queues "
+              "without a scheduler are timed by the dispatch clock table, never by the kernel's stamps");
+    else if (!features->stamp_bits_from_btf)
+      LogInfo("kernel BTF has no QUEUE_FLAG_STATS or __RQF_STATS enumerator (before v6.11): the kernel's stamps are "
+              "read at QUEUE_FLAG_STATS bit 20 and RQF_STATS bit 17");
+  }
   if (!features->current_task_btf)
     LogInfo("kernel BTF has no bpf_get_current_task_btf (before v5.11): the plug is read with "
             "bpf_get_current_task and bpf_probe_read_kernel");
@@ -253,6 +316,19 @@ mergewatch_bpf* OpenForMode(const ProbeOptions& options, const KernelFeatures& f
   skel->rodata->cgroup_root_id = options.cgroup_root_id;
   skel->rodata->blkcg_on_cgroup2 = options.blkcg_on_cgroup2 ? 1 : 0;
   bpf_map__set_max_entries(skel->maps.inflight, 1u << slot_bits);
+  bpf_map__set_max_entries(skel->maps.dispatch_clock, 1u << slot_bits);
+  const bool stamps_known = features.queue_flag_stats_bit >= 0 && features.rqf_stats_bit >= 0;
+  switch (options.request_clock) {
+    case RequestClock::kTable: skel->rodata->request_clock = MW_CLOCK_TABLE; break;
+    case RequestClock::kDispatch: skel->rodata->request_clock = MW_CLOCK_DISPATCH; break;
+    case RequestClock::kAuto:
+      skel->rodata->request_clock = stamps_known ? MW_CLOCK_STAMPS : MW_CLOCK_DISPATCH;
+      break;
+  }
+  if (stamps_known) {
+    skel->rodata->queue_flag_stats_bit = static_cast<uint32_t>(features.queue_flag_stats_bit);
+    skel->rodata->rqf_stats_bit = static_cast<uint32_t>(features.rqf_stats_bit);
+  }
 
   struct bpf_program* prog;
   std::vector<ProgramId> programs;
@@ -515,6 +591,8 @@ bool ReceiveReply(int sock, std::string* bytes, std::vector<int>* fds, std::stri
 
 }  // namespace
 
+void KernelStampBits(const struct btf* btf, KernelFeatures* features) { ReadStampBits(btf, features); }
+
 uint32_t InflightSlotBits(uint32_t entries) {
   uint32_t bits = 1;
   while ((1u << bits) < entries && bits < 31) ++bits;
@@ -538,6 +616,7 @@ bool ReadKernelFeatures(const std::string& btf_path, KernelFeatures* features, s
     if (arity >= 0) features->tracepoint_arity[t.tracepoint] = arity;
   }
   features->current_task_btf = EnumHasValue(btf, "bpf_func_id", "BPF_FUNC_get_current_task_btf");
+  KernelStampBits(btf, features);
   btf__free(btf);
   return true;
 }
@@ -762,10 +841,10 @@ bool ParseUnsigned(const char* text, unsigned long long max, unsigned long long*
 
 int RunLoaderMode(int argc, const char* const* argv) {
   // argv: mergewatchd --internal.bpf-loader PARENT_PID BTF_PATH INFLIGHT_ENTRIES PROGRAM_TYPE LOG_LEVEL
-  //       LOG_FORMAT HANG SYSFS_ROOT; the socket at descriptor 3.
+  //       LOG_FORMAT HANG SYSFS_ROOT CGROUP_ROOT BLKCG_ON_CGROUP2 REQUEST_CLOCK; the socket at descriptor 3.
   unsigned long long parent = 0, entries = 0, level = 0, format = 0, hang = 0;
   unsigned long long cgroup_root = 0, blkcg_on_cgroup2 = 0;
-  if (argc != 12 || !ParseUnsigned(argv[2], 1u << 30, &parent) || !ParseUnsigned(argv[4], 1u << 31, &entries) ||
+  if (argc != 13 || !ParseUnsigned(argv[2], 1u << 30, &parent) || !ParseUnsigned(argv[4], 1u << 31, &entries) ||
       !ParseUnsigned(argv[6], static_cast<int>(LogLevel::kError), &level) ||
       !ParseUnsigned(argv[7], static_cast<int>(LogFormat::kJson), &format) || !ParseUnsigned(argv[8], 1, &hang) ||
       !ParseUnsigned(argv[10], UINT64_MAX, &cgroup_root) || !ParseUnsigned(argv[11], 1, &blkcg_on_cgroup2)) {
@@ -791,6 +870,10 @@ int RunLoaderMode(int argc, const char* const* argv) {
   options.sysfs_root = argv[9];
   options.cgroup_root_id = cgroup_root;
   options.blkcg_on_cgroup2 = blkcg_on_cgroup2 != 0;
+  if (!ParseRequestClock(argv[12], &options.request_clock)) {
+    fprintf(stderr, "%s: unknown request clock %s\n", kLoaderModeFlag, argv[12]);
+    return kLoaderUsageExit;
+  }
   return LoadAndAnswer(kLoaderSocketFd, options);
 }
 
@@ -815,7 +898,7 @@ std::unique_ptr<LoaderProcess> LoaderProcess::Start(const ProbeOptions& options,
   const char* argv[] = {exe.c_str(),     kLoaderModeFlag, parent.c_str(), options.btf_path.c_str(),
                         entries.c_str(), ProgramTypeName(options.program_type), level.c_str(), format.c_str(),
                         options.loader_hangs ? "1" : "0", options.sysfs_root.c_str(), cgroup_root.c_str(),
-                        options.blkcg_on_cgroup2 ? "1" : "0", nullptr};
+                        options.blkcg_on_cgroup2 ? "1" : "0", RequestClockName(options.request_clock), nullptr};
   posix_spawn_file_actions_t actions;
   posix_spawnattr_t attr;
   posix_spawn_file_actions_init(&actions);

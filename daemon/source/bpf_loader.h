@@ -25,6 +25,8 @@
 #include "clock.h"
 #include "mergewatch/abi.h"
 
+struct btf;  // libbpf's, <bpf/btf.h>
+
 namespace mergewatch {
 
 // --bpf.program-type: auto (tp_btf, falling back to raw_tp), or only one of them.
@@ -32,10 +34,18 @@ enum class ProgramType { kAuto, kTpBtf, kRawTp };
 const char* ProgramTypeName(ProgramType type);  // "auto", "tp_btf", "raw_tp"
 bool ParseProgramType(const std::string& text, ProgramType* out);
 
+// --bpf.request-clock: how requests on queues without an I/O scheduler are timed (bpf/request_clock.bpf.h).
+// kAuto: the kernel's dispatch stamp where it will be exact, else the dispatch clock table; kDispatch: the
+// table always; kTable: the in-flight table of the scheduler path for every queue (as before 2026-12).
+enum class RequestClock { kAuto, kDispatch, kTable };
+const char* RequestClockName(RequestClock clock);  // "auto", "dispatch", "table"
+bool ParseRequestClock(const std::string& text, RequestClock* out);
+
 struct ProbeOptions {
   std::string btf_path = "/sys/kernel/btf/vmlinux";
   uint32_t inflight_entries = MW_DEFAULT_INFLIGHT_ENTRIES;
   ProgramType program_type = ProgramType::kAuto;
+  RequestClock request_clock = RequestClock::kAuto;
   std::string sysfs_root = "/sys";     // --path.sysfs: where the kernel's lockdown file is read
   // Who is behind a remap chain (bpf/handlers.bpf.h, chain_cgroup): the cgroup2 root's id, whose
   // tasks are kernel threads, and whether a bio's blkcg id is a cgroup2 one (CgroupRootOf()).
@@ -82,7 +92,16 @@ struct KernelFeatures {
   // The running kernel's verifier takes BPF_CMPXCHG (v5.12+): not in BTF, so the loader probes it with a
   // load (ReadKernelFeatures leaves it false). Picks how block_rq_insert/issue claim in-flight slots.
   bool compare_exchange = false;
+  // The bits of QUEUE_FLAG_STATS (request_queue->queue_flags) and RQF_STATS (request->rq_flags), -1 if
+  // unknown: read from the BTF's enumerators (v6.11+), else the values they had as #defines (KernelStampBits).
+  int queue_flag_stats_bit = -1;
+  int rqf_stats_bit = -1;
+  bool stamp_bits_from_btf = false;
 };
+
+// The bits of QUEUE_FLAG_STATS and RQF_STATS into *features: the BTF's enumerators (any enum, named or not),
+// else, where the BTF has neither, the values of the kernels that #defined them; -1 both if it has only one.
+void KernelStampBits(const struct btf* btf, KernelFeatures* features);
 
 // Reads the features from a BTF file; false with a message if it is not a kernel's BTF with
 // block tracepoints.

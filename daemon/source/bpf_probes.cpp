@@ -16,15 +16,16 @@
 namespace mergewatch {
 
 std::unique_ptr<BpfProbes> BpfProbes::Load(const ProbeOptions& options, ProbeFailure* failure) {
-  return FromReply(LoadInChild(options), failure);
+  return FromReply(LoadInChild(options), failure, options.sysfs_root);
 }
 
-std::unique_ptr<BpfProbes> BpfProbes::FromReply(LoadReply reply, ProbeFailure* failure) {
+std::unique_ptr<BpfProbes> BpfProbes::FromReply(LoadReply reply, ProbeFailure* failure,
+                                                const std::string& sysfs_root) {
   if (reply.kind != ProbeError::kNone) {
     *failure = ProbeFailure{reply.kind, reply.error_number, reply.error};
     return nullptr;
   }
-  return std::unique_ptr<BpfProbes>(new BpfProbes(std::move(reply)));
+  return std::unique_ptr<BpfProbes>(new BpfProbes(std::move(reply), sysfs_root));
 }
 
 namespace {
@@ -137,7 +138,8 @@ ServiceCounterKey ToServiceCounterKey(const mw_service_key& k) {
 
 }  // namespace
 
-BpfProbes::BpfProbes(LoadReply reply) : loaded_(std::move(reply)) {
+BpfProbes::BpfProbes(LoadReply reply, std::string sysfs_root)
+    : loaded_(std::move(reply)), sysfs_root_(std::move(sysfs_root)) {
   for (LoadedProgram& p : loaded_.programs) {
     if (p.tracepoint == "block_bio_queue") bio_queue_ = &p;
     programs_.push_back(ProgramStatus{p.tracepoint, p.mode, p.link_fd >= 0});
@@ -229,6 +231,12 @@ Snapshot BpfProbes::Read() {
     uint32_t length = sizeof(info);
     if (bpf_obj_get_info_by_fd(p.prog_fd, &info, &length) == 0)
       snapshot.nested_runs_skipped += info.recursion_misses;
+  }
+  // After the maps: a request counted and not yet timed when they were read is in flight now, or
+  // has completed since (then the untimed figure is low for this read, never high for long).
+  for (const DiskKey& disk : InFlightGaps(snapshot)) {
+    std::array<uint64_t, 2> in_flight{};
+    if (ReadInFlight(sysfs_root_, disk.major, disk.minor, &in_flight)) snapshot.in_flight[disk] = in_flight;
   }
   return snapshot;
 }

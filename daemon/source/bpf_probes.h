@@ -27,7 +27,9 @@ class BpfProbes final : public SnapshotSource {
  public:
   static std::unique_ptr<BpfProbes> Load(const ProbeOptions& options, ProbeFailure* failure);
   // The probes of a loader's reply (LoaderProcess::Finish), or null with its failure.
-  static std::unique_ptr<BpfProbes> FromReply(LoadReply reply, ProbeFailure* failure);
+  // `sysfs_root`: where each read finds the disks' in-flight counts (Snapshot::in_flight).
+  static std::unique_ptr<BpfProbes> FromReply(LoadReply reply, ProbeFailure* failure,
+                                              const std::string& sysfs_root = "/sys");
   ~BpfProbes() override;
   BpfProbes(const BpfProbes&) = delete;
   BpfProbes& operator=(const BpfProbes&) = delete;
@@ -44,8 +46,9 @@ class BpfProbes final : public SnapshotSource {
   size_t attached_count() const;
 
  private:
-  explicit BpfProbes(LoadReply reply);
+  BpfProbes(LoadReply reply, std::string sysfs_root);
   LoadReply loaded_;          // owns every descriptor; only bio_queue's link_fd changes (under mutex_)
+  std::string sysfs_root_;    // where Read finds the disks' in-flight counts
   mutable std::mutex mutex_;  // programs_ and the bio_queue link: the main loop changes them, scrapes read
   std::mutex maps_mutex_;     // a map walk (Read) and key deletion (Forget) never overlap
   std::vector<ProgramStatus> programs_;

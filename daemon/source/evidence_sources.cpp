@@ -69,7 +69,7 @@ void EvidenceSources::OnLoaderReady(bool readable, TimePoint now, const Topology
   if (!readable && !give_up && loading_->fd() >= 0) return;
   std::unique_ptr<LoaderProcess> loading = std::move(loading_);
   ProbeFailure failure;
-  std::shared_ptr<BpfProbes> probes = BpfProbes::FromReply(loading->Finish(give_up), &failure);
+  std::shared_ptr<BpfProbes> probes = BpfProbes::FromReply(loading->Finish(give_up), &failure, options_.sysfs_root);
   loading.reset();
   if (!probes) {
     retry_.Failed(now, failure);

@@ -82,7 +82,19 @@ struct Snapshot {
   // them onto its head; until then its keys count under this head, or the head's counters would
   // drop for a scrape between the rescan and that tick.
   std::map<DiskKey, DiskKey> path_heads;
+  // Requests the kernel has in flight (<sysfs>/dev/block/M:m/inflight: reads, writes), read after the
+  // maps for each disk whose requests counted exceed those timed and lost (InFlightGaps): what the
+  // untimed figure (mergewatch_request_latency_untimed) leaves out. A disk without the file: absent.
+  std::map<DiskKey, std::array<uint64_t, 2>> in_flight;
 };
+
+// Requests of `stats` (summed over its CPUs) neither timed nor counted lost by a reason: in flight,
+// or completions no program saw (bpf/request_clock.bpf.h keeps no record to find those by).
+uint64_t UntimedRequests(const mw_dev_stats& stats);
+// The disks with untimed requests in `snapshot`, whose in-flight counts say how many are only in flight.
+std::set<DiskKey> InFlightGaps(const Snapshot& snapshot);
+// <sysfs_root>/dev/block/M:m/inflight as {reads, writes}; false if it cannot be read or parsed.
+bool ReadInFlight(const std::string& sysfs_root, uint32_t major, uint32_t minor, std::array<uint64_t, 2>* out);
 
 // The head a path disk key counts under once the path has left sysfs, or nullptr.
 const DiskKey* HeadOfDepartedPath(const Snapshot& snapshot, uint32_t major, uint32_t minor, uint64_t diskseq);

@@ -205,6 +205,15 @@ struct mw_dev_stats {
 	 */
 	__u64 latency_lost_inflight_full;
 	__u64 latency_lost_not_seen;
+	/*
+	 * Of the latency samples above, how many each clock path timed (docs/design/request-clock.md):
+	 * the kernel's own dispatch stamp (rq->io_start_time_ns, where it is within MW_STAMP_BOUND_NS of
+	 * the dispatch) and the dispatch clock table (the dispatch's bpf_ktime_get_ns(), stored without a
+	 * read) and the in-flight table (queues with a scheduler, or --bpf.request-clock=table).
+	 */
+	__u64 timed_kernel_stamp;
+	__u64 timed_dispatch_clock;
+	__u64 timed_inflight_table;
 };
 
 /* Indexes of the per-CPU event counter array: what the daemon reports as dropped or unmatched. */
@@ -219,6 +228,36 @@ struct mw_dev_stats {
 #define MW_CNT_FLUSH 6             /* REQ_OP_FLUSH requests dispatched (empty flushes, flush sequences) */
 #define MW_CNT_PASSTHROUGH 7       /* REQ_OP_DRV_IN/OUT dispatched (SG_IO, NVMe admin/ioctl commands) */
 #define MW_CNT_MAX 8
+
+/*
+ * The dispatch clock table (queues without an I/O scheduler whose kernel stamp would not be exact):
+ * written only by the dispatch, with a blind store to the request's one slot, never read there, so
+ * the dispatch never waits for a line another CPU wrote; read only by the completion, which takes
+ * the record only if it is this dispatch's: the same request, the same allocation (start_ns) and
+ * the stamp the kernel was to write (kernel_stamp; not checked where the kernel reads its clock afresh
+ * after the dispatch, bpf/request_clock.bpf.h). A request whose slot another took meanwhile is untimed
+ * (mergewatch_request_latency_untimed).
+ */
+struct mw_dispatch_clock {
+	__u64 rq;           /* struct request pointer */
+	__u64 issue_ns;     /* bpf_ktime_get_ns() at block_rq_issue */
+	__u64 kernel_stamp; /* the rq->io_start_time_ns the kernel was to leave at this dispatch */
+	__u64 start_ns;     /* rq->start_time_ns at dispatch: this allocation of the request */
+	__u32 devt;         /* MW_MKDEV of the disk */
+	__u32 op;
+	__u32 origin;       /* dev_t of the upper device, 0 = none (as mw_inflight.origin) */
+	__u32 pad;
+	__u64 diskseq;
+	__u64 pad2;         /* one cache line a slot */
+};
+
+/* How requests on queues without a scheduler are timed (the programs' request_clock, --bpf.request-clock). */
+#define MW_CLOCK_TABLE 0    /* the in-flight table, as on queues with a scheduler */
+#define MW_CLOCK_DISPATCH 1 /* the dispatch clock table always */
+#define MW_CLOCK_STAMPS 2   /* the kernel's stamp where it will be exact, else the dispatch clock table */
+
+/* A dispatch's kernel stamp is taken where it is at most this far from the dispatch's own clock. */
+#define MW_STAMP_BOUND_NS 1000ull
 
 /* mw_inflight.op of a dispatch without a gendisk: no REQ_OP_* value (they fit MW_REQ_OP_MASK). */
 #define MW_SLOT_NO_DISK 0xffffffffu
@@ -272,19 +311,21 @@ static __always_inline __u32 mw_hist_slot(__u64 v, __u32 min_shift, __u32 slots)
 static_assert(sizeof(struct mw_dev_key) == 24, "mw_dev_key layout");
 static_assert(sizeof(struct mw_origin_key) == 32, "mw_origin_key layout");
 static_assert(sizeof(struct mw_inflight) == 48, "mw_inflight layout");
+static_assert(sizeof(struct mw_dispatch_clock) == 64, "mw_dispatch_clock layout");
 static_assert(sizeof(struct mw_service_key) == 40, "mw_service_key layout");
 static_assert(sizeof(struct mw_origin_stats) == 8 * (8 + MW_LAT_SLOTS + 1), "mw_origin_stats has no padding");
 static_assert(sizeof(struct mw_dev_stats) ==
-		      8 * (2 * (MW_SIZE_SLOTS + 1) + 2 * (MW_LAT_SLOTS + 1) + 7),
+		      8 * (2 * (MW_SIZE_SLOTS + 1) + 2 * (MW_LAT_SLOTS + 1) + 10),
 	      "mw_dev_stats has no padding");
 #else
 _Static_assert(sizeof(struct mw_dev_key) == 24, "mw_dev_key layout");
 _Static_assert(sizeof(struct mw_origin_key) == 32, "mw_origin_key layout");
 _Static_assert(sizeof(struct mw_inflight) == 48, "mw_inflight layout");
+_Static_assert(sizeof(struct mw_dispatch_clock) == 64, "mw_dispatch_clock layout");
 _Static_assert(sizeof(struct mw_service_key) == 40, "mw_service_key layout");
 _Static_assert(sizeof(struct mw_origin_stats) == 8 * (8 + MW_LAT_SLOTS + 1), "mw_origin_stats layout");
 _Static_assert(sizeof(struct mw_dev_stats) ==
-		       8 * (2 * (MW_SIZE_SLOTS + 1) + 2 * (MW_LAT_SLOTS + 1) + 7),
+		       8 * (2 * (MW_SIZE_SLOTS + 1) + 2 * (MW_LAT_SLOTS + 1) + 10),
 	       "mw_dev_stats has no padding");
 #endif
 

@@ -83,7 +83,9 @@ def daemon_programs(pid):
 
 
 def test_a_dispatch_without_a_seen_completion_is_counted_once_and_real_orders_are_not(daemon_factory):
-    d = daemon_factory("--bpf.program-type=raw_tp")
+    # The in-flight table's bookkeeping: the made-up request has no queue, so no scheduler, which the
+    # default request clock would time without the table (test_request_clock.py covers that one).
+    d = daemon_factory("--bpf.program-type=raw_tp", "--bpf.request-clock=table")
     p = daemon_programs(d.proc.pid)
     try:
         issue = lambda rq: run(p["raw_rq_issue"], rq)  # noqa: E731

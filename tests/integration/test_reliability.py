@@ -97,8 +97,9 @@ def test_device_churn_reuses_minors_without_carrying_old_data(daemon_factory, tm
 
 def test_inflight_overflow_is_counted_and_the_rest_stays_right(daemon_factory, loop_device):
     """A 64-slot in-flight table under 2 x 128 requests in flight: the overflow is exported, sizes
-    still match diskstats, and once the pressure is gone every request is timed again."""
-    d = daemon_factory("--bpf.inflight-entries=64")
+    still match diskstats, and once the pressure is gone every request is timed again. The in-flight
+    table's own overflow: pinned to it (the default times a queue without a scheduler without it)."""
+    d = daemon_factory("--bpf.inflight-entries=64", "--bpf.request-clock=table")
     dev = loop_device(size_mb=128)
     dev.set_queue(scheduler="none", nomerges=0)
     reads_before = dev.stat()[0]  # a loop disk's diskstats survive detach: compare deltas

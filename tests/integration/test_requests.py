@@ -215,8 +215,11 @@ def test_every_request_is_timed_or_counted_untimed_on_every_mode_at_once(daemon_
     by a tp_btf and a raw_tp daemon together, while a do-nothing program is attached to block_plug
     and detached over and over (what makes this kernel skip the programs on block_rq_complete most:
     mwtest.churn_tracepoint). Once I/O stops, for each (daemon, device), exactly: requests = latency
-    samples + samples lost by reason (per device) + dispatches the in-flight table still holds
-    uncompleted (a loss counted only when that request is next dispatched). Measured before: 35 of
+    samples + samples lost by reason (per device) + untimed (mergewatch_request_latency_untimed: what
+    no program saw complete, derived). Under mq-deadline (the in-flight table) untimed is exactly the
+    dispatches the table still holds uncompleted (a loss counted by reason only when that request is
+    next dispatched); under none (the request clock, request_clock.bpf.h) the table is never used.
+    Measured before: 35 of
     5 M and 293 of 7.6 M untimed with every reason at 0; and once, in a clean-clone run, one request
     of 1.89 M neither timed nor counted: two CPUs had claimed one free in-flight slot at once; slots
     are claimed by compare-and-exchange where the verifier has it, as this kernel's does
@@ -255,9 +258,20 @@ def test_every_request_is_timed_or_counted_untimed_on_every_mode_at_once(daemon_
             timed = value(s, LATENCY + "_count", **labels)
             full = value(s, LOST, reason="inflight_map_full", **labels)
             not_seen = value(s, LOST, reason="complete_not_seen", **labels)
+            untimed = value(s, "mergewatch_request_latency_untimed", **labels)
             undone = undone_dispatches(d.proc.pid, dev.path)
-            print(f"{mode} {case}: {requests:.0f} requests, {timed:.0f} timed, lost: {full:.0f} inflight_map_full, "
-                  f"{not_seen:.0f} complete_not_seen, {undone} undone at the end ({churn_cycles[0]} block_plug attach cycles)")
+            clocks = {c: value(s, "mergewatch_request_latency_timed_total", clock=c, **labels)
+                      for c in ("kernel_stamp", "dispatch_clock", "inflight_table")}
+            print(f"{mode} {case}: {requests:.0f} requests, {timed:.0f} timed {clocks}, lost: {full:.0f} "
+                  f"inflight_map_full, {not_seen:.0f} complete_not_seen, {untimed:.0f} untimed, {undone} undone at "
+                  f"the end ({churn_cycles[0]} block_plug attach cycles)")
             assert requests == dev.stat()[0] - stat_before[case], (mode, case)
             assert requests > 50000, (mode, case, requests)
-            assert requests == timed + full + not_seen + undone, (mode, case, requests, timed, full, not_seen, undone)
+            assert requests == timed + full + not_seen + untimed, (mode, case, requests, timed, full, not_seen, untimed)
+            assert sum(clocks.values()) == timed, (mode, case, clocks, timed)
+            if case[1] == "mq-deadline":
+                assert untimed == undone, (mode, case, untimed, undone)
+                assert clocks["inflight_table"] == timed, (mode, case, clocks)
+            else:
+                assert undone == 0 and full == 0 and not_seen == 0, (mode, case, undone, full, not_seen)
+                assert clocks["inflight_table"] == 0, (mode, case, clocks)

@@ -43,6 +43,10 @@ metric_reads() {  # the daemon's completed read requests of the disk in a scrape
 	awk -v dev="device=\"$DISK\"" '/^mergewatch_request_size_bytes_count\{/ && index($0, dev) && /op="read"/ { s += $NF } END { printf "%d\n", s }' "$1"
 }
 
+metric_timed() {  # the disk's read latency samples a clock timed in a scrape (bpf/request_clock.bpf.h)
+	awk -v dev="device=\"$DISK\"" -v clock="clock=\"$2\"" '/^mergewatch_request_latency_timed_total\{/ && index($0, dev) && index($0, clock) && /op="read"/ { s += $NF } END { printf "%d\n", s }' "$1"
+}
+
 # run_case NAME EXPECT(ready|exit) ARGS...
 run_case() {
 	local name=$1 expect=$2 pid rc=running i
@@ -81,16 +85,28 @@ run_case() {
 	fi
 	put "$name.calls_task_btf" "$(grep -c 'call bpf_get_current_task_btf' "$OUT/loader-$name.xlated")"
 	put "$name.calls_task" "$(grep -c 'call bpf_get_current_task#' "$OUT/loader-$name.xlated")"
-	local s0 s1 m0 m1
+	local s0 s1 m0 m1 scheduler
+	# The reads under none, whatever the disk runs: a queue without a scheduler is timed by the request
+	# clock (bpf/request_clock.bpf.h), which test_vm_kernels.py checks per kernel.
+	scheduler=$(sed -n 's/.*\[\(.*\)\].*/\1/p' "/sys/block/$DISK/queue/scheduler")
+	echo none > "/sys/block/$DISK/queue/scheduler"
 	curl -fsS --max-time 20 -o "$OUT/loader-$name.before.prom" "$URL" || log "scrape failed"
 	s0=$(reads)
 	dd if="/dev/$DISK" of=/dev/null bs=4k count=256 skip=$((RANDOM % 1000 * 256)) iflag=direct 2> /dev/null
 	s1=$(reads)
+	echo "$scheduler" > "/sys/block/$DISK/queue/scheduler"
 	sleep 1
 	curl -fsS --max-time 20 -o "$OUT/loader-$name.after.prom" "$URL" || log "scrape failed"
 	m0=$(metric_reads "$OUT/loader-$name.before.prom"); m1=$(metric_reads "$OUT/loader-$name.after.prom")
 	put "$name.stat_reads" $((s1 - s0))
 	put "$name.metric_reads" $((${m1:-0} - ${m0:-0}))
+	local clock
+	for clock in kernel_stamp dispatch_clock inflight_table; do
+		m0=$(metric_timed "$OUT/loader-$name.before.prom" $clock); m1=$(metric_timed "$OUT/loader-$name.after.prom" $clock)
+		put "$name.timed_$clock" $((${m1:-0} - ${m0:-0}))
+	done
+	put "$name.scheduler" "$scheduler"
+	put "$name.request_clock_log" "$(grep -c 'kernel BTF has no QUEUE_FLAG_STATS' "$OUT/loader-$name.log")"
 	kill -TERM "$pid"; wait "$pid"
 	put "$name.stop_exit" $?
 	daemon_pid=

@@ -249,5 +249,28 @@ TEST(Log2Histogram, CumulatesAndCountsTheOverflowOnlyInInf) {
   EXPECT_EQ(h.sample_sum, 100.0);
 }
 
+// The untimed gauge: counted less timed and lost, less the kernel's requests in flight of the op's direction
+// (Snapshot::in_flight), never below 0; and which clock timed the samples.
+TEST(Exporter, UntimedLeavesOutWhatIsInFlightAndClocksAreExported) {
+  Snapshot snap = IncidentSnapshot();
+  mw_dev_stats& read = snap.stats[{259, 0, 0}];
+  read.latency_lost_not_seen = 0;  // read: 16385 counted, 16381 timed, 1 lost: 3 untimed or in flight
+  read.timed_kernel_stamp = 16000;
+  read.timed_dispatch_clock = 381;
+  EXPECT_NE(Expose(snap).find("mergewatch_request_latency_untimed{device=\"nvme1n1\",op=\"read\"} 3\n"),
+            std::string::npos);
+  snap.in_flight[DiskKey{259, 0, 0}] = {2, 40};  // the 40 writes in flight are not reads
+  std::string text = Expose(snap);
+  for (const char* series : {
+           "mergewatch_request_latency_untimed{device=\"nvme1n1\",op=\"read\"} 1\n",
+           "mergewatch_request_latency_timed_total{device=\"nvme1n1\",op=\"read\",clock=\"kernel_stamp\"} 16000\n",
+           "mergewatch_request_latency_timed_total{device=\"nvme1n1\",op=\"read\",clock=\"dispatch_clock\"} 381\n",
+           "mergewatch_request_latency_timed_total{device=\"nvme1n1\",op=\"read\",clock=\"inflight_table\"} 0\n"})
+    EXPECT_NE(text.find(series), std::string::npos) << series;
+  snap.in_flight[DiskKey{259, 0, 0}] = {9, 0};  // more in flight than untimed: 0, never negative
+  EXPECT_NE(Expose(snap).find("mergewatch_request_latency_untimed{device=\"nvme1n1\",op=\"read\"} 0\n"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace mergewatch

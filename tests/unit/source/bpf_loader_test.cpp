@@ -4,6 +4,7 @@
 #include "source/bpf_loader.h"
 #include "source/source.h"
 
+#include <bpf/btf.h>
 #include <bpf/libbpf.h>
 
 #include <gtest/gtest.h>
@@ -360,6 +361,54 @@ TEST(LockdownMode, TheBracketedWordOrNothing) {
   std::ofstream(root + "/kernel/security/lockdown") << "garbage]x[\n";
   EXPECT_EQ(LockdownMode(root), "");
   std::system(("rm -rf " + root).c_str());
+}
+
+}  // namespace
+}  // namespace mergewatch
+
+namespace mergewatch {
+namespace {
+
+// The stamp bits (bpf/request_clock.bpf.h) from a BTF made here: an anonymous enum with QUEUE_FLAG_STATS (v6.11+)
+// and the named enum rqf_flags (v6.14+); neither (before v6.11: the #defines' 20 and 17); only one (unknown).
+TEST(KernelStampBits, EnumeratorsOfAnyEnumElseTheDefinesValues) {
+  struct btf* btf = btf__new_empty();
+  ASSERT_NE(btf, nullptr);
+  KernelFeatures none;
+  KernelStampBits(btf, &none);
+  EXPECT_EQ(none.queue_flag_stats_bit, 20);
+  EXPECT_EQ(none.rqf_stats_bit, 17);
+  EXPECT_FALSE(none.stamp_bits_from_btf);
+
+  ASSERT_GT(btf__add_enum(btf, nullptr, 4), 0);  // anonymous, as QUEUE_FLAG_* in 6.11-6.18
+  ASSERT_EQ(btf__add_enum_value(btf, "QUEUE_FLAG_DYING", 0), 0);
+  ASSERT_EQ(btf__add_enum_value(btf, "QUEUE_FLAG_STATS", 7), 0);
+  KernelFeatures half;
+  KernelStampBits(btf, &half);
+  EXPECT_EQ(half.queue_flag_stats_bit, -1);
+  EXPECT_EQ(half.rqf_stats_bit, -1);
+
+  ASSERT_GT(btf__add_enum(btf, "rqf_flags", 4), 0);
+  ASSERT_EQ(btf__add_enum_value(btf, "__RQF_STARTED", 0), 0);
+  ASSERT_EQ(btf__add_enum_value(btf, "__RQF_STATS", 11), 0);
+  KernelFeatures both;
+  KernelStampBits(btf, &both);
+  EXPECT_EQ(both.queue_flag_stats_bit, 7);
+  EXPECT_EQ(both.rqf_stats_bit, 11);
+  EXPECT_TRUE(both.stamp_bits_from_btf);
+  btf__free(btf);
+}
+
+TEST(RequestClock, NamesRoundTripAndUnknownOnesAreRefused) {
+  for (RequestClock c : {RequestClock::kAuto, RequestClock::kDispatch, RequestClock::kTable}) {
+    RequestClock parsed = RequestClock::kAuto;
+    ASSERT_TRUE(ParseRequestClock(RequestClockName(c), &parsed));
+    EXPECT_EQ(parsed, c);
+  }
+  RequestClock parsed = RequestClock::kTable;
+  EXPECT_FALSE(ParseRequestClock("stamps", &parsed));
+  EXPECT_FALSE(ParseRequestClock("", &parsed));
+  EXPECT_EQ(parsed, RequestClock::kTable);
 }
 
 }  // namespace

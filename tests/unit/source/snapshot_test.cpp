@@ -1,8 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// Walking BPF hash map keys while the daemon deletes some: each key must be summed once.
+// Walking BPF hash map keys while the daemon deletes some: each key must be summed once; the untimed figure
+// and the in-flight counts it leaves out.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
 #include <map>
 #include <vector>
 
@@ -56,3 +62,51 @@ TEST(VisitEachKeyOnce, PlainWalkVisitsEveryKeyOnce) {
 }
 
 }  // namespace
+
+namespace mergewatch {
+namespace {
+
+// A sysfs root with <root>/dev/block/M:m/inflight holding `text` (the kernel writes "%8u %8u\n").
+std::string InFlightRoot(const std::string& name, const std::string& text) {
+  const std::string root = testing::TempDir() + "/inflight_" + name;
+  std::filesystem::create_directories(root + "/dev/block/7:3");
+  std::ofstream(root + "/dev/block/7:3/inflight") << text;
+  return root;
+}
+
+TEST(ReadInFlight, ReadsAndWritesInFlight) {
+  std::array<uint64_t, 2> got{};
+  ASSERT_TRUE(ReadInFlight(InFlightRoot("ok", "       2        5\n"), 7, 3, &got));
+  EXPECT_EQ(got[0], 2u);
+  EXPECT_EQ(got[1], 5u);
+}
+
+TEST(ReadInFlight, AMissingOrMalformedFileIsNoCount) {
+  std::array<uint64_t, 2> got{9, 9};
+  EXPECT_FALSE(ReadInFlight(InFlightRoot("missing", "1 1\n"), 7, 4, &got));
+  EXPECT_FALSE(ReadInFlight(InFlightRoot("short", "3\n"), 7, 3, &got));
+  EXPECT_FALSE(ReadInFlight(InFlightRoot("junk", "x y\n"), 7, 3, &got));
+  EXPECT_EQ(got[0], 9u);
+}
+
+// Counted less timed and lost by a reason; never below 0 (a read between a completion's two counts).
+TEST(UntimedRequests, CountedLessTimedAndLost) {
+  mw_dev_stats stats{};
+  stats.size_slots[3] = 10;
+  stats.latency_slots[5] = 6;
+  stats.latency_lost_inflight_full = 1;
+  stats.latency_lost_not_seen = 1;
+  EXPECT_EQ(UntimedRequests(stats), 2u);
+  stats.latency_slots[6] = 5;
+  EXPECT_EQ(UntimedRequests(stats), 0u);
+  Snapshot snap;
+  snap.stats[DevOpKey{7, 3, 0, 11}] = stats;
+  EXPECT_TRUE(InFlightGaps(snap).empty());
+  snap.stats[DevOpKey{7, 4, 0, 12}].size_slots[0] = 1;
+  const std::set<DiskKey> gaps = InFlightGaps(snap);
+  ASSERT_EQ(gaps.size(), 1u);
+  EXPECT_EQ(*gaps.begin(), (DiskKey{7, 4, 12}));
+}
+
+}  // namespace
+}  // namespace mergewatch
