@@ -128,6 +128,12 @@ struct {
 
 __u64 requeues_pending = 0;
 
+/*
+ * When a dispatch on a queue without a scheduler first ran this program: a kernel stamp older than this is of
+ * a request dispatched before the programs were attached, never counted, so its completion is not timed.
+ */
+__u64 first_clock_dispatch_ns = 0;
+
 /* Which clock timed a request (mw_dev_stats.timed_*). */
 enum mw_timed_by { MW_TIMED_BY_STAMP, MW_TIMED_BY_DISPATCH, MW_TIMED_BY_TABLE };
 

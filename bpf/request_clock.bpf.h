@@ -86,6 +86,8 @@ static __always_inline int MW_FN(issue_by_clock)(const struct mw_run *run, struc
 
 	if (!disk)
 		return 0; /* counted as request_without_disk; its completion finds no record */
+	if (!first_clock_dispatch_ns)
+		first_clock_dispatch_ns = bpf_ktime_get_ns();
 	if (requeues_pending)
 		requeued = MW_FN(take_requeue)(rq, rq_id);
 	if (stats && !requeued) {
@@ -143,7 +145,11 @@ static __always_inline int MW_FN(complete_by_clock)(const struct mw_run *run, st
 	__u32 op = MW_READ(rq, cmd_flags) & MW_REQ_OP_MASK, origin = 0, way;
 	bool stamped, by_stamp = false;
 
-	if (op == MW_OP_FLUSH || mw_op_is_passthrough(op))
+	/*
+	 * nr_bytes 0: the flush machinery ending a PREFLUSH/FUA write whose data completion was timed already
+	 * (the record is not consumed, so it would be timed twice: 400 samples for 200 O_DSYNC writes).
+	 */
+	if (op == MW_OP_FLUSH || mw_op_is_passthrough(op) || nr_bytes == 0)
 		return 0;
 	/* Partial completions fire too (nr_bytes < remaining bytes): wait for the last one. */
 	if (nr_bytes < MW_READ(rq, __data_len))
@@ -167,7 +173,8 @@ static __always_inline int MW_FN(complete_by_clock)(const struct mw_run *run, st
 			origin = slot->origin;
 		}
 	}
-	if (!issue_ns && stamped && stamp) {
+	/* A stamp from before the first dispatch seen: in flight when the programs were attached, never counted. */
+	if (!issue_ns && stamped && stamp && first_clock_dispatch_ns && stamp >= first_clock_dispatch_ns) {
 		struct gendisk *disk = MW_FN(mw_rq_disk)(rq);
 
 		if (!disk)
@@ -177,9 +184,8 @@ static __always_inline int MW_FN(complete_by_clock)(const struct mw_run *run, st
 		by_stamp = true;
 	}
 	if (!issue_ns) {
-		/* Dispatched before the programs were attached, or its slot taken by another request. */
-		if (nr_bytes != 0)
-			count_event(MW_CNT_COMPLETE_UNMATCHED);
+		/* Dispatched before the programs were attached, or its slot taken by another request and no stamp. */
+		count_event(MW_CNT_COMPLETE_UNMATCHED);
 		return 0;
 	}
 	MW_FN(time_request)(&key, origin, issue_ns, by_stamp ? MW_TIMED_BY_STAMP : MW_TIMED_BY_DISPATCH);

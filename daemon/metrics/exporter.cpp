@@ -148,9 +148,9 @@ DeviceFamilies MakeDeviceFamilies(bool reduced) {
       Family("mergewatch_request_latency_lost_total",
              "Requests of mergewatch_request_size_bytes whose latency sample was lost, by reason: inflight_map_full "
              "(no in-flight slot at dispatch), complete_not_seen (dispatched again, or its slot taken over after "
-             "60 s, with no completion seen: the kernel ran no completion program for it). Once I/O stops, the "
-             "request count equals the latency count plus these, except dispatches whose loss shows only when "
-             "the request is next dispatched.",
+             "60 s, with no completion seen: the kernel ran no completion program for it); both are the in-flight "
+             "table's (queues with an I/O scheduler). Once I/O stops, the request count equals the latency count "
+             "plus these plus mergewatch_request_latency_untimed.",
              MetricType::Counter);
   f.timed_by = Family("mergewatch_request_latency_timed_total",
                       "Latency samples of mergewatch_request_latency_seconds by the clock that timed them: "

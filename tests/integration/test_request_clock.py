@@ -103,6 +103,27 @@ def test_each_request_clock_times_what_diskstats_counts(daemon_factory, loop_dev
         assert s["clocks"]["inflight_table"] == 0, s
 
 
+@pytest.mark.parametrize("clock", ["auto", "dispatch", "table"])
+def test_dsync_writes_are_timed_once(daemon_factory, loop_device, clock):
+    """O_DSYNC writes on a disk without FUA (a loop disk): the kernel ends each with a flush sequence whose last
+    completion carries no bytes. The write is one request and one sample, on every clock (the request clock's
+    record is not consumed at completion: it once timed each such write twice)."""
+    d = daemon_factory(f"--bpf.request-clock={clock}")
+    dev = loop_device(size_mb=16)
+    dev.set_queue(scheduler="none", nomerges=0)
+    # 256 writes of 4 KiB (diskstats counts each data write with its flushes' writes: not compared here;
+    # test_ops.py compares the bytes).
+    subprocess.run(["fio", "--name=dsync", f"--filename={dev.path}", "--rw=write", "--bs=4k", "--direct=1",
+                    "--sync=dsync", "--ioengine=psync", "--size=1M", "--output=/dev/null"], check=True, timeout=120)
+    samples = d.scrape()
+    labels = dict(device=dev.name, op="write")
+    requests = value(samples, SIZE + "_count", **labels)
+    timed = value(samples, LATENCY + "_count", **labels)
+    print(f"{clock}: {requests} write requests, {timed} timed")
+    assert requests == 256, requests
+    assert timed == requests, (timed, requests)
+
+
 def test_a_scheduler_queue_keeps_the_inflight_table(daemon_factory, loop_device):
     """mq-deadline: the queue time needs the insert's stamp, so the default clock leaves those requests to the table."""
     d = daemon_factory()
