@@ -19,6 +19,11 @@
  * and both histograms. COUNT_AT_COMPLETION=0: what mergewatchd does, the size counted at dispatch
  * (a skipped nested completion then costs a latency sample, not a request), so one device lookup
  * at dispatch and one at completion.
+ *
+ * HASHLESS=1: no table at all (what Rezolus moved to in 2026, iopsystems/rezolus PR #1148): the size counted at
+ * dispatch, the latency at completion from the kernel's own dispatch stamp (rq->io_start_time_ns, 0 where the
+ * queue keeps no stats: not timed). Since v6.9 that stamp may be a plug's cached clock, too early
+ * (docs/design/request-clock.md): the cost of histograms that are not exact everywhere.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -33,6 +38,9 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #endif
 #ifndef GETRQ_EVIDENCE
 #define GETRQ_EVIDENCE 0
+#endif
+#ifndef HASHLESS
+#define HASHLESS 0
 #endif
 
 struct {
@@ -155,9 +163,17 @@ int BPF_PROG(lower_bound_getrq, struct bio *bio)
 SEC("tp_btf/block_rq_issue")
 int BPF_PROG(lower_bound_rq_issue, struct request *rq)
 {
-	struct mw_inflight *slot = slot_of(rq);
+	struct mw_inflight *slot;
 	__u32 bytes = rq->__data_len;
 
+	if (HASHLESS) {
+		struct mw_dev_stats *stats = stats_of(rq);
+
+		if (stats)
+			hist_add(stats->size_slots, &stats->size_sum_bytes, bytes, MW_SIZE_MIN_SHIFT, MW_SIZE_SLOTS);
+		return 0;
+	}
+	slot = slot_of(rq);
 	if (!COUNT_AT_COMPLETION) {
 		struct mw_dev_stats *stats = stats_of(rq);
 
@@ -174,10 +190,22 @@ int BPF_PROG(lower_bound_rq_issue, struct request *rq)
 SEC("tp_btf/block_rq_complete")
 int BPF_PROG(lower_bound_rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 {
-	struct mw_inflight *slot = slot_of(rq);
+	struct mw_inflight *slot;
 	struct mw_dev_stats *stats;
 	__u64 issue_ns, now;
 
+	if (HASHLESS) {
+		issue_ns = rq->io_start_time_ns;
+		if (!issue_ns || nr_bytes < rq->__data_len)
+			return 0;
+		now = bpf_ktime_get_ns();
+		stats = stats_of(rq);
+		if (stats)
+			hist_add(stats->latency_slots, &stats->latency_sum_ns, now > issue_ns ? now - issue_ns : 0,
+				 MW_LAT_MIN_SHIFT, MW_LAT_SLOTS);
+		return 0;
+	}
+	slot = slot_of(rq);
 	if (!slot || !slot->issue_ns)
 		return 0;
 	issue_ns = slot->issue_ns;

@@ -24,10 +24,11 @@ BENCH_FLOOR_OBJ := $(BENCH_DIR)/floor.bpf.o
 BENCH_FLOOR     := $(BENCH_DIR)/floor
 BENCH_JIT_LINES := $(BENCH_DIR)/jit_lines
 # The lower bound of any per-device size/latency histogram (bench/lower_bound.bpf.c), counting at
-# completion and at dispatch, and at dispatch with the least missed-merge evidence on block_getrq;
-# loaded by the floor loader, measured with bench/bpf_ab.py.
+# completion and at dispatch, and at dispatch with the least missed-merge evidence on block_getrq, and
+# without a table (the kernel's stamps at completion: hashless); loaded by the floor loader, measured with
+# bench/bpf_ab.py.
 BENCH_LOWER_BOUND_OBJS := $(BENCH_DIR)/lower_bound_at_completion.bpf.o $(BENCH_DIR)/lower_bound_at_dispatch.bpf.o \
-	$(BENCH_DIR)/lower_bound_with_evidence.bpf.o
+	$(BENCH_DIR)/lower_bound_with_evidence.bpf.o $(BENCH_DIR)/lower_bound_hashless.bpf.o
 BENCH_RUN_ARGS   = --daemon $(CURDIR)/$(DAEMON) --floor $(CURDIR)/$(BENCH_FLOOR) $(CURDIR)/$(BENCH_FLOOR_OBJ) \
 	--json $(BENCH_DIR)/results.json --markdown $(BENCH_DIR)/summary.md \
 	$(if $(BENCH_SECONDS),--seconds $(BENCH_SECONDS)) $(if $(BENCH_REPEATS),--repeats $(BENCH_REPEATS)) \
@@ -57,13 +58,15 @@ $(BENCH_FLOOR_OBJ): bench/floor.bpf.c $(VMLINUX_H)
 	$(Q)$(CLANG) -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Werror -I$(dir $(VMLINUX_H)) \
 		$(CLANG_BPF_SYS_INCLUDES) -c $< -o $@
 
-# lower_bound_<way>.bpf.o: at_completion, at_dispatch, with_evidence (at dispatch, evidence on block_getrq).
+# lower_bound_<way>.bpf.o: at_completion, at_dispatch, with_evidence (at dispatch, evidence on block_getrq),
+# hashless (sizes at dispatch, latency from the kernel's stamp at completion).
 $(BENCH_DIR)/lower_bound_%.bpf.o: bench/lower_bound.bpf.c include/mergewatch/abi.h $(VMLINUX_H)
 	@mkdir -p $(dir $@)
 	$(call msg,BPF,$@)
 	$(Q)$(CLANG) -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Werror -I$(dir $(VMLINUX_H)) -Iinclude \
 		-DCOUNT_AT_COMPLETION=$(if $(filter at_completion,$*),1,0) \
-		-DGETRQ_EVIDENCE=$(if $(filter with_evidence,$*),1,0) $(CLANG_BPF_SYS_INCLUDES) -c $< -o $@
+		-DGETRQ_EVIDENCE=$(if $(filter with_evidence,$*),1,0) -DHASHLESS=$(if $(filter hashless,$*),1,0) \
+		$(CLANG_BPF_SYS_INCLUDES) -c $< -o $@
 
 # The floor's loader, and jit_lines (a BPF program's JIT image and line info, for bench/bpf_profile.py).
 $(BENCH_FLOOR) $(BENCH_JIT_LINES): $(BENCH_DIR)/%: bench/%.c
