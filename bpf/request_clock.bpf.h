@@ -102,7 +102,6 @@ static __always_inline int MW_FN(issue_by_clock)(const struct mw_run *run, struc
 	 * cached clock when the task has a plug holding one (else a fresh read, cached for the plug's next
 	 * use). A request with a volume keeps the table: its completion needs the volume.
 	 */
-	expected = MW_READ(rq, io_start_time_ns); /* what stays there without a stamp */
 	if (request_clock == MW_CLOCK_STAMPS && MW_FN(queue_stamps)(q)) {
 		cached = MW_FN(mw_plug_cached_ns)();
 		if (!cached && !origin)
@@ -115,6 +114,8 @@ static __always_inline int MW_FN(issue_by_clock)(const struct mw_run *run, struc
 				return 0;
 			expected = cached;
 		}
+	} else {
+		expected = MW_READ(rq, io_start_time_ns); /* no stamp coming: what stays there */
 	}
 	if (!now)
 		now = bpf_ktime_get_ns();
